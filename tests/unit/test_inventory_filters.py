@@ -1,0 +1,290 @@
+"""roles/cluster/filter_plugins/inventory.py: validation, normalised hosts, hostfile data."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).parents[2] / "roles/cluster/filter_plugins/inventory.py"
+_SPEC = importlib.util.spec_from_file_location("inventory_filters", _PATH)
+inv = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(inv)
+
+
+def two_macs(**overrides):
+    """hostvars of inventory/examples/two-macs.yml-like hosts; overrides: {host: {var: value}}."""
+    hostvars = {
+        "mac1": {"ansible_host": "192.168.1.21", "thunderbolt_ip": "10.0.0.1", "mpi_slots": 1},
+        "mac2": {"ansible_host": "192.168.1.22", "thunderbolt_ip": "10.0.0.2", "mpi_slots": 1},
+    }
+    for host, values in overrides.items():
+        hostvars.setdefault(host, {}).update(values)
+    return hostvars
+
+
+def errors(hostvars, prefix=24):
+    return inv.cluster_inventory_errors(hostvars, list(hostvars), prefix)
+
+
+# --- cluster_inventory_errors: good inventories -------------------------------------------------
+
+
+def test_default_inventory_is_valid():
+    assert errors({"localhost": {"ansible_connection": "local", "mpi_slots": 2}}) == []
+
+
+def test_two_macs_are_valid():
+    assert errors(two_macs()) == []
+
+
+def test_no_thunderbolt_anywhere_is_valid():
+    hostvars = two_macs(mac1={"thunderbolt_ip": None}, mac2={"thunderbolt_ip": ""})
+    assert errors(hostvars) == []
+
+
+def test_dns_names_and_missing_slots_are_valid():
+    hostvars = {"a": {"ansible_host": "a.local"}, "b": {}}
+    assert errors(hostvars) == []
+
+
+def test_digit_strings_from_extra_vars_are_accepted():
+    assert errors(two_macs(mac1={"mpi_slots": "2"}), prefix="16") == []
+
+
+# --- cluster_inventory_errors: one case per kind of error ---------------------------------------
+
+
+def test_empty_group():
+    assert errors({}) == [
+        "cluster: the inventory group `cluster` is missing or empty — list your hosts under "
+        "cluster: hosts: (see inventory/examples/)"
+    ]
+
+
+def test_duplicate_ansible_host():
+    assert errors(two_macs(mac2={"ansible_host": "192.168.1.21"})) == [
+        "mac2: ansible_host 192.168.1.21 is also the ansible_host of mac1 — "
+        "give every host its own ansible_host"
+    ]
+
+
+def test_duplicate_ansible_host_ignores_case():
+    hostvars = {"a": {"ansible_host": "Mac.local"}, "b": {"ansible_host": "mac.LOCAL"}}
+    assert errors(hostvars) == [
+        "b: ansible_host mac.LOCAL is also the ansible_host of a — "
+        "give every host its own ansible_host"
+    ]
+
+
+def test_ansible_host_equal_to_another_inventory_name():
+    hostvars = {"mac1": {}, "mac2": {"ansible_host": "mac1"}}
+    assert errors(hostvars) == [
+        "mac2: ansible_host mac1 is also the inventory name of mac1 — "
+        "give every host its own ansible_host"
+    ]
+
+
+def test_duplicate_thunderbolt_ip():
+    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.0.1"})) == [
+        "mac2: thunderbolt_ip 10.0.0.1 is also the thunderbolt_ip of mac1 — "
+        "give every host its own thunderbolt_ip"
+    ]
+
+
+def test_thunderbolt_ip_equal_to_another_ansible_host():
+    hostvars = two_macs(mac2={"thunderbolt_ip": "10.0.0.2"}, mac1={"ansible_host": "10.0.0.2"})
+    assert errors(hostvars) == [
+        "mac2: thunderbolt_ip 10.0.0.2 is also the ansible_host of mac1 — "
+        "give every host its own thunderbolt_ip"
+    ]
+
+
+def test_thunderbolt_ip_not_an_address():
+    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.0.300"})) == [
+        "mac2: thunderbolt_ip '10.0.0.300' is not a valid IPv4 address — use four numbers 0-255 "
+        "separated by dots, e.g. 10.0.0.1"
+    ]
+
+
+def test_thunderbolt_ip_ipv6_is_refused():
+    assert "is not a valid IPv4 address" in errors(two_macs(mac2={"thunderbolt_ip": "fe80::1"}))[0]
+
+
+def test_thunderbolt_ip_loopback():
+    hostvars = two_macs(mac1={"thunderbolt_ip": "127.0.0.1"}, mac2={"thunderbolt_ip": "127.0.0.2"})
+    assert errors(hostvars) == [
+        "mac1: thunderbolt_ip 127.0.0.1 is a loopback, multicast or reserved address — "
+        "use a private address such as 10.0.0.x",
+        "mac2: thunderbolt_ip 127.0.0.2 is a loopback, multicast or reserved address — "
+        "use a private address such as 10.0.0.x",
+    ]  # fmt: skip
+
+
+def test_thunderbolt_ip_is_the_broadcast_address():
+    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.0.255"})) == [
+        "mac2: thunderbolt_ip 10.0.0.255 is the broadcast address of 10.0.0.0/24 — "
+        "pick a host address between 10.0.0.1 and 10.0.0.254"
+    ]
+
+
+def test_thunderbolt_ip_outside_the_subnet():
+    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.1.2"})) == [
+        "mac2: thunderbolt_ip 10.0.1.2 is outside 10.0.0.0/24 (thunderbolt_prefix 24) — put every "
+        "thunderbolt_ip in one subnet, or lower thunderbolt_prefix to widen the subnet"
+    ]
+
+
+def test_subnet_outlier_is_the_host_in_the_minority():
+    hostvars = two_macs(mac1={"thunderbolt_ip": "10.0.1.1"})
+    hostvars["mac3"] = {"thunderbolt_ip": "10.0.0.3"}
+    assert [e.split(":")[0] for e in errors(hostvars)] == ["mac1"]
+
+
+def test_a_wider_prefix_accepts_the_same_addresses():
+    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.1.2"}), prefix=16) == []
+
+
+def test_thunderbolt_on_some_hosts_only():
+    assert errors(two_macs(mac2={"thunderbolt_ip": None})) == [
+        "mac2: thunderbolt_ip is missing while mac1 has one — set thunderbolt_ip on every host "
+        "of `cluster`, or on none"
+    ]
+
+
+@pytest.mark.parametrize("slots", [-1, "two", 1.5, True, None])
+def test_bad_mpi_slots(slots):
+    assert errors(two_macs(mac2={"mpi_slots": slots})) == [
+        f"mac2: mpi_slots {slots!r} is not a non-negative integer — set the number of ranks to "
+        "start on this host (0 keeps it out of the hostfile)"
+    ]
+
+
+def test_all_slots_zero():
+    assert errors(two_macs(mac1={"mpi_slots": 0}, mac2={"mpi_slots": 0})) == [
+        "cluster: every host has mpi_slots 0 — give at least one host mpi_slots 1 or more"
+    ]
+
+
+@pytest.mark.parametrize("prefix", [0, 31, "abc", None, -24])
+def test_bad_prefix(prefix):
+    assert errors(two_macs(), prefix=prefix) == [
+        f"thunderbolt_prefix: {prefix!r} is not an integer from 1 to 30 — set it to the prefix "
+        "length of the Thunderbolt subnet, e.g. 24 for 255.255.255.0"
+    ]
+
+
+def test_bad_ansible_host_address():
+    assert errors(two_macs(mac1={"ansible_host": "192.168.1.256"})) == [
+        "mac1: ansible_host 192.168.1.256 is not a valid IPv4 address — use four numbers 0-255 "
+        "separated by dots, or a DNS name"
+    ]
+
+
+def test_all_errors_are_reported_at_once():
+    hostvars = two_macs(
+        mac1={"mpi_slots": -1},
+        mac2={"ansible_host": "192.168.1.21", "thunderbolt_ip": "10.0.9.9"},
+    )
+    hostvars["mac3"] = {"ansible_host": "192.168.1.23", "mpi_slots": 1}
+    found = errors(hostvars)
+    assert [e.split(" — ")[0] for e in found] == [
+        "mac1: mpi_slots -1 is not a non-negative integer",
+        "mac3: thunderbolt_ip is missing while mac1 has one",
+        "mac2: ansible_host 192.168.1.21 is also the ansible_host of mac1",
+        "mac2: thunderbolt_ip 10.0.9.9 is outside 10.0.0.0/24 (thunderbolt_prefix 24)",
+    ]
+
+
+# --- cluster_hosts, launch_host, prefix_to_netmask ---------------------------------------------
+
+
+def test_cluster_hosts_normalises_in_inventory_order():
+    hostvars = {
+        "b": {"ansible_host": "192.168.1.2", "ansible_user": "bob", "thunderbolt_ip": "10.0.0.2"},
+        "a": {
+            "ansible_host": "a.local",
+            "mpi_slots": 0,
+            "ansible_facts": {
+                "hostname": "a",
+                "user_id": "alice",
+                "default_ipv4": {"address": "192.168.1.1"},
+            },
+        },  # fmt: skip
+        "localhost": {"mpi_slots": "2"},
+    }
+    assert inv.cluster_hosts(hostvars, ["b", "a", "localhost"]) == [
+        {"name": "b", "ansible_host": "192.168.1.2", "user": "bob", "thunderbolt_ip": "10.0.0.2",
+         "slots": 1, "mpi_address": "10.0.0.2", "ip": "10.0.0.2", "hostname": None},
+        {"name": "a", "ansible_host": "a.local", "user": "alice", "thunderbolt_ip": None,
+         "slots": 0, "mpi_address": "a.local", "ip": "192.168.1.1", "hostname": "a"},
+        {"name": "localhost", "ansible_host": "localhost", "user": None, "thunderbolt_ip": None,
+         "slots": 2, "mpi_address": "localhost", "ip": None, "hostname": None},
+    ]  # fmt: skip
+
+
+def test_launch_host_is_the_first_host_with_slots():
+    hostvars = two_macs(mac1={"mpi_slots": 0})
+    assert inv.launch_host(hostvars, ["mac1", "mac2"]) == "mac2"
+    assert inv.launch_host(hostvars, ["mac2", "mac1"]) == "mac2"
+    assert inv.launch_host(two_macs(), ["mac1", "mac2"]) == "mac1"
+
+
+def test_launch_host_none_when_no_host_has_slots():
+    assert inv.launch_host({"a": {"mpi_slots": 0}}, ["a"]) is None
+
+
+@pytest.mark.parametrize(
+    ("prefix", "netmask"),
+    [(24, "255.255.255.0"), ("16", "255.255.0.0"), (30, "255.255.255.252"), (20, "255.255.240.0")],
+)
+def test_prefix_to_netmask(prefix, netmask):
+    assert inv.prefix_to_netmask(prefix) == netmask
+
+
+# --- mlx_hostfile_entries, hostname_count_errors -----------------------------------------------
+
+
+def test_mlx_entries_repeat_hosts_per_slot_and_skip_zero_slots():
+    hosts = inv.cluster_hosts(
+        two_macs(mac1={"mpi_slots": 2}, mac2={"mpi_slots": 0}, mac3={"thunderbolt_ip": "10.0.0.3"}),
+        ["mac1", "mac2", "mac3"],
+    )
+    assert inv.mlx_hostfile_entries(hosts) == [
+        {"ssh": "10.0.0.1", "ips": ["10.0.0.1"]},
+        {"ssh": "10.0.0.1", "ips": ["10.0.0.1"]},
+        {"ssh": "10.0.0.3", "ips": ["10.0.0.3"]},
+    ]
+
+
+def test_mlx_entries_without_an_ip_have_empty_ips():
+    hosts = inv.cluster_hosts({"a": {"ansible_host": "a.local"}}, ["a"])
+    assert inv.mlx_hostfile_entries(hosts) == [{"ssh": "a.local", "ips": []}]
+
+
+def _ranked(*specs):
+    return [
+        {"name": n, "hostname": hn, "slots": s, "mpi_address": f"{n}.addr"} for n, hn, s in specs
+    ]
+
+
+def test_hostname_counts_match():
+    hosts = _ranked(("mac1", "studio1", 2), ("mac2", "studio2", 1), ("mac3", "off", 0))
+    assert inv.hostname_count_errors("studio1\nstudio2.local\nstudio1\n", hosts) == []
+
+
+def test_hostname_missing_and_extra_ranks():
+    hosts = _ranked(("mac1", "studio1", 2), ("mac2", "studio2", 1))
+    assert inv.hostname_count_errors("studio1\nstudio1\nstudio1\n", hosts) == [
+        "mac1: mpirun started 3 rank(s) on studio1, expected 2 (mpi_slots) — check that "
+        "mac1.addr reaches this host",
+        "mac2: mpirun started 0 rank(s) on studio2, expected 1 (mpi_slots) — check that "
+        "mac2.addr reaches this host",
+    ]
+
+
+def test_shared_hostname_is_an_error():
+    hosts = _ranked(("mac1", "mac", 1), ("mac2", "mac", 1))
+    assert inv.hostname_count_errors("mac\nmac\n", hosts) == [
+        "mac2: hostname mac is also the hostname of mac1 — give every host its own hostname "
+        "(macOS: sudo scutil --set LocalHostName <name>)"
+    ]
