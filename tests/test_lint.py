@@ -1,4 +1,4 @@
-"""The code base passes its linters: ruff for Python, ansible-lint (production profile) for Ansible."""
+"""The code passes its linters: ruff, and ansible-lint with the production profile."""
 
 import shutil
 import subprocess
