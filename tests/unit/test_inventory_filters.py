@@ -189,9 +189,9 @@ def test_all_errors_are_reported_at_once():
     found = errors(hostvars)
     assert [e.split(" — ")[0] for e in found] == [
         "mac1: mpi_slots -1 is not a non-negative integer",
-        "mac3: thunderbolt_ip is missing while mac1 has one",
         "mac2: ansible_host 192.168.1.21 is also the ansible_host of mac1",
         "mac2: thunderbolt_ip 10.0.9.9 is outside 10.0.0.0/24 (thunderbolt_prefix 24)",
+        "mac3: thunderbolt_ip is missing while mac1 has one",
     ]
 
 
@@ -287,4 +287,18 @@ def test_shared_hostname_is_an_error():
     assert inv.hostname_count_errors("mac\nmac\n", hosts) == [
         "mac2: hostname mac is also the hostname of mac1 — give every host its own hostname "
         "(macOS: sudo scutil --set LocalHostName <name>)"
+    ]
+
+
+def test_prefix_from_the_inventory_wins_over_the_default():
+    hostvars = two_macs(mac2={"thunderbolt_ip": "10.0.1.2"})
+    for hv in hostvars.values():
+        hv["thunderbolt_prefix"] = 16
+    assert errors(hostvars, prefix=24) == []
+
+
+def test_hosts_with_different_prefixes():
+    assert errors(two_macs(mac2={"thunderbolt_prefix": 16})) == [
+        "mac2: thunderbolt_prefix 16 differs from 24 on mac1 — set thunderbolt_prefix once for "
+        "the whole cluster group"
     ]

@@ -168,8 +168,9 @@ def _check_unique(entries):
 def cluster_inventory_errors(hostvars, hosts, prefix):
     """Every problem with the `cluster` inventory, one message per host and field with its fix.
 
-    An empty list means the inventory is usable. Nothing is stopped at the first error, so a
-    user fixes everything in one go.
+    prefix is the default thunderbolt_prefix (a host's own inventory value wins, so this works
+    from a play on any host). An empty list means the inventory is usable. Nothing stops at the
+    first error, so a user fixes everything in one go.
     """
     hosts = list(hosts or [])
     if not hosts:
@@ -177,7 +178,15 @@ def cluster_inventory_errors(hostvars, hosts, prefix):
             "cluster: the inventory group `cluster` is missing or empty — list your hosts under "
             "cluster: hosts: (see inventory/examples/)"
         ]
-    prefix, errors = _check_prefix(prefix)
+    prefixes = {h: hostvars[h].get("thunderbolt_prefix", prefix) for h in hosts}
+    errors = [
+        f"{name}: thunderbolt_prefix {value} differs from {prefixes[hosts[0]]} on {hosts[0]} — "
+        "set thunderbolt_prefix once for the whole cluster group"
+        for name, value in prefixes.items()
+        if str(value) != str(prefixes[hosts[0]])
+    ]
+    prefix, prefix_errors = _check_prefix(prefixes[hosts[0]])
+    errors += prefix_errors
     identities = []
     networks = {}
     with_tb = [h for h in hosts if hostvars[h].get("thunderbolt_ip")]
@@ -204,7 +213,9 @@ def cluster_inventory_errors(hostvars, hosts, prefix):
         errors.append(
             "cluster: every host has mpi_slots 0 — give at least one host mpi_slots 1 or more"
         )
-    return errors
+    # Group the messages by host, in inventory order (cluster-wide ones first).
+    order = {name: i for i, name in enumerate(hosts)}
+    return sorted(errors, key=lambda error: order.get(error.split(":")[0], -1))
 
 
 def _subnet_errors(networks, prefix):
