@@ -1,0 +1,752 @@
+"""A virtual Thunderbolt cluster: N test hosts on one Linux machine, built from namespaces.
+
+Each host is a network namespace plus a persistent mount + UTS namespace, so it has its own
+hostname, its own /home/<user>, /etc/ssh (own host keys), /etc/hosts and /dev/shm, and its own
+sshd. `en0` sits on a management bridge in the root namespace (the controller, 198.18.<k>.1);
+`bridge0` is a Linux bridge whose port `thunderbolt0` is cabled to a switch namespace the
+controller is not on. Everything is recorded in DIR/state.json before it is created, so `down`
+removes exactly what `up` made, even after a crash halfway.
+
+    python -m tests.vcluster up --hosts 2 [--slots 1,2] [--distinct-users]
+        [--shape bridge0=10gbit,en0=1gbit] [--var key=value ...] --dir DIR
+    python -m tests.vcluster run --dir DIR [--user] HOST -- CMD...
+    python -m tests.vcluster down --dir DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import fcntl
+import ipaddress
+import json
+import os
+import pwd
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+MGMT_SUPERNET = ipaddress.ip_network("198.18.0.0/16")
+TB_SUPERNET = ipaddress.ip_network("198.19.0.0/16")
+LOCK_FILE = Path("/run/lock/vcluster.lock")
+SUDOERS_DIR = Path("/etc/sudoers.d")
+SHAPED_IFACES = ("bridge0", "en0")
+HOST_KEY_TYPES = ("ed25519", "ecdsa")
+RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$")
+RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+
+
+class ClusterError(RuntimeError):
+    """The virtual cluster could not be built, used or removed."""
+
+
+class CommandError(subprocess.CalledProcessError):
+    """A command failed; unlike CalledProcessError, str() shows its output."""
+
+    def __str__(self) -> str:
+        cmd = self.cmd if isinstance(self.cmd, str) else shlex.join(self.cmd)
+        return (
+            f"command exited {self.returncode}: {cmd}\n"
+            f"stdout: {(self.stdout or '').strip()}\nstderr: {(self.stderr or '').strip()}"
+        )
+
+
+@dataclasses.dataclass
+class Host:
+    name: str  # inventory name == hostname
+    netns: str
+    user: str
+    home: str  # /home/<user> as seen inside the host
+    en0_ip: str
+    thunderbolt_ip: str  # for the inventory; bridge0 starts without an address
+    slots: int
+    index: int  # 1-based
+    workdir: str  # DIR/<name> on the controller: home, etc-ssh, sshd.log
+
+    @property
+    def mnt_ns(self) -> str:
+        return str(Path(self.workdir).parent / "ns" / f"{self.name}.mnt")
+
+    @property
+    def uts_ns(self) -> str:
+        return str(Path(self.workdir).parent / "ns" / f"{self.name}.uts")
+
+
+def sh(argv: list[str], check: bool = True, timeout: float = 60, **kw):
+    """Run argv, capture text output; raise CommandError (showing the output) on failure."""
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and proc.returncode:
+        raise CommandError(proc.returncode, argv, proc.stdout, proc.stderr)
+    return proc
+
+
+def parse_shape(shape: str | dict | None) -> dict[str, str]:
+    """'bridge0=10gbit,en0=1gbit' -> {'bridge0': '10gbit', 'en0': '1gbit'}, validated."""
+    if not shape:
+        return {}
+    if isinstance(shape, str):
+        pairs = [item.split("=", 1) for item in shape.split(",") if item]
+        if any(len(p) != 2 for p in pairs):
+            raise ClusterError(f"--shape {shape!r}: use IFACE=RATE,..., e.g. bridge0=10gbit")
+        shape = dict(pairs)
+    for iface, rate in shape.items():
+        if iface not in SHAPED_IFACES:
+            raise ClusterError(f"--shape: unknown interface {iface!r}; use one of {SHAPED_IFACES}")
+        if not RATE_RE.match(rate):
+            raise ClusterError(f"--shape {iface}={rate!r}: rate must look like 10gbit, 500mbit")
+    return dict(shape)
+
+
+def tbf_args(rate: str) -> list[str]:
+    """tc tbf with a bucket of ~4 ms of traffic (at least two 64 KiB GSO packets)."""
+    value, unit = RATE_RE.match(rate).groups()
+    bytes_per_s = float(value) * RATE_UNITS[unit] / 8
+    burst = max(128 * 1024, int(bytes_per_s * 0.004))
+    return ["tbf", "rate", rate, "burst", str(burst), "latency", "20ms"]
+
+
+def _ns_key(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _pids_in(ns_keys: set[tuple[int, int]], uids: set[int]) -> list[int]:
+    """Processes inside any of the given namespaces or owned by any of the given uids."""
+    own = {_ns_key(f"/proc/self/ns/{kind}") for kind in ("net", "mnt", "uts")}
+    ns_keys = ns_keys - own  # never the controller's own namespaces
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}").st_uid in uids or any(
+                _ns_key(f"/proc/{entry}/ns/{kind}") in ns_keys for kind in ("net", "mnt", "uts")
+            ):
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _kill_all(ns_keys: set[tuple[int, int]], uids: set[int]) -> None:
+    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 3.0)):
+        pids = _pids_in(ns_keys, uids)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while pids and time.monotonic() < deadline:
+            time.sleep(0.05)
+            pids = _pids_in(ns_keys, uids)
+        if not pids:
+            return
+    raise ClusterError(f"processes survived SIGKILL: {pids}")
+
+
+def _retry_locked(argv: list[str]) -> None:
+    """useradd/userdel fail while another process holds /etc/passwd's lock: retry a little."""
+    for _ in range(40):
+        proc = sh(argv, check=False)
+        if proc.returncode == 0 or "lock" not in proc.stderr.lower():
+            break
+        time.sleep(0.25)
+    if proc.returncode:
+        raise CommandError(proc.returncode, argv, proc.stdout, proc.stderr)
+
+
+def _mounts_under(path: Path) -> list[str]:
+    prefix = str(path.resolve()).rstrip("/") + "/"
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if (point + "/").startswith(prefix):
+            points.append(point)
+    return points
+
+
+class VirtualCluster:
+    """`with VirtualCluster(hosts=2) as vc:` builds the cluster, and tears it down on exit."""
+
+    def __init__(
+        self,
+        hosts: int = 2,
+        slots: list[int] | None = None,
+        distinct_users: bool = False,
+        shape: str | dict | None = None,
+        extra_vars: dict | None = None,
+        workdir: str | os.PathLike | None = None,
+    ) -> None:
+        if not 1 <= hosts <= 200:
+            raise ClusterError(f"hosts={hosts}: use 1..200")
+        self.slots = list(slots) if slots else [1] * hosts
+        if len(self.slots) != hosts or any(int(s) < 0 for s in self.slots):
+            raise ClusterError(f"slots={slots}: give {hosts} non-negative integers, e.g. 1,2")
+        self.n_hosts = hosts
+        self.distinct_users = distinct_users
+        self.shape = parse_shape(shape)
+        self.extra_vars = dict(extra_vars or {})
+        self.dir = Path(workdir).resolve() if workdir else None
+        self.id = ""
+        self.k = 0
+        self.hosts: list[Host] = []
+        self.resources: list[dict] = []
+        self.created_dir = False
+
+    # ----- names and paths -------------------------------------------------------------
+    @property
+    def prefix(self) -> str:
+        return f"vc{self.id}"
+
+    @property
+    def mgmt_bridge(self) -> str:
+        return f"{self.prefix}br"
+
+    @property
+    def switch_netns(self) -> str:
+        return f"{self.prefix}-tb"
+
+    @property
+    def controller_ip(self) -> str:
+        return str(self.mgmt_subnet[1])
+
+    @property
+    def mgmt_subnet(self) -> ipaddress.IPv4Network:
+        return ipaddress.ip_network(f"198.18.{self.k}.0/24")
+
+    @property
+    def thunderbolt_subnet(self) -> ipaddress.IPv4Network:
+        return ipaddress.ip_network(f"198.19.{self.k}.0/24")
+
+    @property
+    def inventory(self) -> str:
+        return str(self.dir / "inventory.yml")
+
+    @property
+    def controller_key(self) -> str:
+        return str(self.dir / "controller_key")
+
+    @property
+    def known_hosts(self) -> str:
+        return str(self.dir / "known_hosts")
+
+    @property
+    def users(self) -> list[str]:
+        return sorted({h.user for h in self.hosts})
+
+    @property
+    def ssh_common_args(self) -> str:
+        return (
+            f"-o UserKnownHostsFile={self.known_hosts} -o StrictHostKeyChecking=yes"
+            " -o IdentitiesOnly=yes"
+        )
+
+    def host(self, host: Host | str | int) -> Host:
+        """A host by Host, inventory name, or 0-based position."""
+        if isinstance(host, Host):
+            return host
+        if isinstance(host, int):
+            return self.hosts[host]
+        for h in self.hosts:
+            if h.name == host:
+                return h
+        raise ClusterError(f"no host {host!r} in cluster {self.id}: {[h.name for h in self.hosts]}")
+
+    # ----- state ----------------------------------------------------------------------
+    def _save(self) -> None:
+        state = {
+            "id": self.id,
+            "k": self.k,
+            "created_dir": self.created_dir,
+            "hosts": [dataclasses.asdict(h) for h in self.hosts],
+            "resources": self.resources,
+        }
+        tmp = self.dir / "state.json.tmp"
+        tmp.write_text(json.dumps(state, indent=1))
+        tmp.replace(self.dir / "state.json")
+
+    def _record(self, kind: str, **what) -> None:
+        """Note a resource *before* creating it, so an interrupted `up` is still cleaned."""
+        self.resources.append({"kind": kind, **what})
+        self._save()
+
+    @classmethod
+    def load(cls, workdir: str | os.PathLike) -> VirtualCluster:
+        """The cluster described by DIR/state.json (to run commands in it or take it down)."""
+        workdir = Path(workdir).resolve()
+        state = json.loads((workdir / "state.json").read_text())
+        vc = cls(hosts=max(1, len(state["hosts"])), workdir=workdir)
+        vc.id, vc.k, vc.created_dir = state["id"], state["k"], state["created_dir"]
+        vc.hosts = [Host(**h) for h in state["hosts"]]
+        vc.resources = state["resources"]
+        return vc
+
+    # ----- up -------------------------------------------------------------------------
+    def __enter__(self) -> VirtualCluster:
+        return self.up()
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+    def up(self) -> VirtualCluster:
+        if os.geteuid() != 0:
+            raise ClusterError("the virtual cluster needs root (network and mount namespaces)")
+        try:
+            self._allocate()
+            self._make_users()
+            for host in self.hosts:
+                self._make_host(host)
+            for host in self.hosts:
+                self._wait_for_sshd(host)
+            self._write_controller_files()
+        except BaseException:
+            if self.dir and (self.dir / "state.json").exists():
+                self.down()
+            raise
+        return self
+
+    def _prepare_dir(self) -> None:
+        if self.dir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="vcluster-"))
+            self.created_dir = True
+        elif not self.dir.exists():
+            self.dir.mkdir(parents=True)
+            self.created_dir = True
+        elif any(self.dir.iterdir()):
+            raise ClusterError(f"--dir {self.dir} is not empty; give a new or empty directory")
+        self.dir.chmod(0o755)
+
+    def _taken(self) -> tuple[set[str], list[ipaddress.IPv4Network]]:
+        """Names and 198.18.0.0/15-relevant networks already in use on this machine."""
+        netns = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+        links = {link["ifname"] for link in json.loads(sh(["ip", "-j", "link"]).stdout)}
+        nets = []
+        for ns in [None, *netns]:
+            prefix = ["ip", "-n", ns] if ns else ["ip"]
+            addrs = json.loads(sh([*prefix, "-j", "-4", "addr"], check=False).stdout or "[]")
+            for link in addrs:
+                for a in link.get("addr_info", []):
+                    nets.append(ipaddress.ip_interface(f"{a['local']}/{a['prefixlen']}").network)
+        for route in json.loads(sh(["ip", "-j", "-4", "route", "show", "table", "all"]).stdout):
+            dst = route.get("dst", "default")
+            if dst[0].isdigit():
+                nets.append(ipaddress.ip_network(dst if "/" in dst else f"{dst}/32", strict=False))
+        return netns | links, nets
+
+    def _allocate(self) -> None:
+        """Pick a free id and subnet index k, and claim them (bridge, route) under a lock."""
+        LOCK_FILE.parent.mkdir(parents=True, exist_ok=True)
+        with open(LOCK_FILE, "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            names, nets = self._taken()
+            for _ in range(100):
+                self.id = secrets.token_hex(2)
+                clash = any(n.startswith(self.prefix) for n in names)
+                with contextlib.suppress(KeyError):
+                    pwd.getpwnam(f"{self.prefix}u")
+                    clash = True
+                if not clash and not any(
+                    Path(f"/home/{self.prefix}u{s}").exists() for s in ("", 1)
+                ):
+                    break
+            else:
+                raise ClusterError("could not find a free cluster id")
+            start = int(self.id, 16) % 254
+            for step in range(254):
+                self.k = (start + step) % 254 + 1
+                if not any(
+                    n.overlaps(self.mgmt_subnet) or n.overlaps(self.thunderbolt_subnet)
+                    for n in nets
+                    if n.prefixlen > 0
+                ):
+                    break
+            else:
+                raise ClusterError("no free /24 left in 198.18.0.0/15 for another cluster")
+            self._prepare_dir()
+            self.hosts = [self._host_spec(i) for i in range(1, self.n_hosts + 1)]
+            self._save()
+            self._make_networks()
+
+    def _host_spec(self, i: int) -> Host:
+        user = f"{self.prefix}u{i}" if self.distinct_users else f"{self.prefix}u"
+        return Host(
+            name=f"{self.prefix}-{i}",
+            netns=f"{self.prefix}-{i}",
+            user=user,
+            home=f"/home/{user}",
+            en0_ip=str(self.mgmt_subnet[10 + i]),
+            thunderbolt_ip=str(self.thunderbolt_subnet[10 + i]),
+            slots=int(self.slots[i - 1]),
+            index=i,
+            workdir=str(self.dir / f"{self.prefix}-{i}"),
+        )
+
+    def _make_networks(self) -> None:
+        br = self.mgmt_bridge
+        self._record("link", name=br)
+        sh(["ip", "link", "add", br, "type", "bridge"])
+        sh(["ip", "addr", "add", f"{self.controller_ip}/24", "dev", br])
+        sh(["ip", "link", "set", br, "up"])
+        # The controller is not on the Thunderbolt segment: fail fast instead of routing
+        # its addresses to the default gateway.
+        self._record("route", dst=str(self.thunderbolt_subnet))
+        sh(["ip", "route", "add", "unreachable", str(self.thunderbolt_subnet)])
+        self._record("netns", name=self.switch_netns)
+        sh(["ip", "netns", "add", self.switch_netns])
+        sh(["ip", "-n", self.switch_netns, "link", "add", "switch0", "type", "bridge"])
+        sh(["ip", "-n", self.switch_netns, "link", "set", "switch0", "up"])
+        # ns files for the persistent mount/UTS namespaces must sit on a private mount.
+        ns_dir = self.dir / "ns"
+        ns_dir.mkdir()
+        self._record("mount", path=str(ns_dir))
+        sh(["mount", "--bind", str(ns_dir), str(ns_dir)])
+        sh(["mount", "--make-private", str(ns_dir)])
+
+    def _make_users(self) -> None:
+        for user in self.users:
+            home = Path(f"/home/{user}")
+            self._record("user", name=user)
+            _retry_locked(
+                ["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash",
+                 "--user-group", user]
+            )
+            # '*' = no password but not locked, so sshd accepts key logins.
+            _retry_locked(["usermod", "--password", "*", user])
+            self._record("homedir", path=str(home))
+            home.mkdir(mode=0o755)
+            shutil.chown(home, user, user)
+        rules = "".join(f"{u} ALL=(ALL:ALL) NOPASSWD: ALL\n" for u in self.users)
+        draft = self.dir / "sudoers"
+        draft.write_text(f"# virtual cluster {self.id}: passwordless sudo, as on a Mac\n{rules}")
+        draft.chmod(0o440)
+        sh(["visudo", "-cf", str(draft)])
+        target = SUDOERS_DIR / f"vcluster-{self.id}"
+        self._record("file", path=str(target))
+        shutil.copy2(draft, target)
+
+    def _make_host_files(self, host: Host) -> None:
+        hdir = Path(host.workdir)
+        home, etc_ssh = hdir / "home", hdir / "etc-ssh"
+        hdir.mkdir()
+        shutil.copytree("/etc/skel", home)
+        (home / ".ssh").mkdir(mode=0o700)
+        pub = Path(self.controller_key + ".pub").read_text()
+        (home / ".ssh" / "authorized_keys").write_text(pub)
+        (home / ".ssh" / "authorized_keys").chmod(0o600)
+        home.chmod(0o755)
+        for path in [home, *home.rglob("*")]:
+            shutil.chown(path, host.user, host.user)
+        etc_ssh.mkdir()
+        for item in ("ssh_config", "ssh_config.d", "moduli"):
+            src = Path("/etc/ssh") / item
+            if src.is_dir():
+                shutil.copytree(src, etc_ssh / item)
+            elif src.exists():
+                shutil.copy2(src, etc_ssh / item)
+        for kind in HOST_KEY_TYPES:
+            sh(["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", f"root@{host.name}",
+                "-f", str(etc_ssh / f"ssh_host_{kind}_key")])
+        (etc_ssh / "sshd_config").write_text(
+            f"# sshd of virtual host {host.name}\n"
+            "Port 22\nListenAddress 0.0.0.0\n"
+            + "".join(f"HostKey /etc/ssh/ssh_host_{kind}_key\n" for kind in HOST_KEY_TYPES)
+            + f"PidFile {hdir}/sshd.pid\n"
+            "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+            "PermitRootLogin no\nPubkeyAuthentication yes\n"
+            "AuthorizedKeysFile .ssh/authorized_keys\n"
+            f"AllowUsers {host.user}\n"
+            # Ansible forks and mpirun open many sessions at once.
+            "MaxStartups 200\nMaxSessions 100\n"
+            "PrintMotd no\nAcceptEnv LANG LC_*\n"
+            "Subsystem sftp /usr/lib/openssh/sftp-server\n"
+        )
+        hosts = Path("/etc/hosts").read_text()
+        (hdir / "hosts").write_text(f"{hosts.rstrip()}\n127.0.1.1\t{host.name}\n")
+
+    def _make_host(self, host: Host) -> None:
+        if not Path(self.controller_key).exists():
+            sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"controller@vc{self.id}",
+                "-f", self.controller_key])
+        self._make_host_files(host)
+        ns, i, tb = host.netns, host.index, self.switch_netns
+        self._record("netns", name=ns)
+        sh(["ip", "netns", "add", ns])
+        # en0: management link to the controller's bridge.
+        root_end = f"{self.prefix}e{i}"
+        self._record("link", name=root_end)
+        sh(["ip", "link", "add", root_end, "type", "veth", "peer", "name", "en0", "netns", ns])
+        sh(["ip", "link", "set", root_end, "addrgenmode", "none"])
+        sh(["ip", "link", "set", root_end, "master", self.mgmt_bridge, "up"])
+        sh(["ip", "-n", ns, "addr", "add", f"{host.en0_ip}/24", "dev", "en0"])
+        for link in ("lo", "en0"):
+            sh(["ip", "-n", ns, "link", "set", link, "up"])
+        # bridge0: a bridge with one port, "cabled" to the Thunderbolt switch namespace.
+        sh(["ip", "-n", tb, "link", "add", f"port{i}", "type", "veth", "peer", "name",
+            "thunderbolt0", "netns", ns])
+        # Bridge ports carry no addresses, not even IPv6 link-local ones.
+        sh(["ip", "-n", tb, "link", "set", f"port{i}", "addrgenmode", "none"])
+        sh(["ip", "-n", tb, "link", "set", f"port{i}", "master", "switch0", "up"])
+        sh(["ip", "-n", ns, "link", "add", "bridge0", "type", "bridge"])
+        sh(["ip", "-n", ns, "link", "set", "thunderbolt0", "addrgenmode", "none"])
+        sh(["ip", "-n", ns, "link", "set", "thunderbolt0", "master", "bridge0", "up"])
+        sh(["ip", "-n", ns, "link", "set", "bridge0", "up"])
+        for iface, rate in self.shape.items():
+            ends = [(None, root_end), (ns, "en0")] if iface == "en0" else [
+                (tb, f"port{i}"), (ns, "thunderbolt0")]
+            for netns, dev in ends:
+                where = ["-n", netns] if netns else []
+                sh(["tc", *where, "qdisc", "add", "dev", dev, "root", *tbf_args(rate)])
+        self._make_mount_ns(host)
+        self._start_sshd(host)
+
+    def _make_mount_ns(self, host: Host) -> None:
+        for path in (host.mnt_ns, host.uts_ns):
+            self._record("nsfile", path=path)
+            Path(path).touch()
+        hdir = host.workdir
+        script = "; ".join([
+            "set -e",
+            f"hostname {host.name}",
+            # sysfs must be the host's netns view (Ansible facts read /sys/class/net).
+            "umount -l /sys", "mount -t sysfs sysfs /sys",
+            f"mount --bind {hdir}/home {host.home}",
+            f"mount --bind {hdir}/etc-ssh /etc/ssh",
+            f"mount --bind {hdir}/hosts /etc/hosts",
+            "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm",
+        ])
+        sh(["nsenter", f"--net=/run/netns/{host.netns}", "unshare", f"--mount={host.mnt_ns}",
+            f"--uts={host.uts_ns}", "--propagation", "private", "sh", "-c", script])
+
+    def _start_sshd(self, host: Host) -> None:
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privsep dir, shared
+        self._exec(host, ["/usr/sbin/sshd", "-f", "/etc/ssh/sshd_config",
+                          "-E", f"{host.workdir}/sshd.log"])
+
+    def _wait_for_sshd(self, host: Host, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with socket.create_connection((host.en0_ip, 22), timeout=2) as conn:
+                    if conn.recv(64).startswith(b"SSH-"):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                log = Path(host.workdir, "sshd.log")
+                raise ClusterError(
+                    f"sshd of {host.name} not answering on {host.en0_ip}:22: "
+                    f"{log.read_text() if log.exists() else 'no log'}"
+                )
+            time.sleep(0.05)
+
+    def _write_controller_files(self) -> None:
+        lines = []
+        for host in self.hosts:
+            for kind in HOST_KEY_TYPES:
+                pub = Path(host.workdir, "etc-ssh", f"ssh_host_{kind}_key.pub")
+                keytype, key = pub.read_text().split()[:2]
+                lines.append(f"{host.en0_ip} {keytype} {key}\n")
+        Path(self.known_hosts).write_text("".join(lines))
+        group_vars = {
+            "ansible_ssh_private_key_file": self.controller_key,
+            "ansible_ssh_common_args": self.ssh_common_args,
+            "ansible_python_interpreter": "/usr/bin/python3",
+            **self.extra_vars,
+        }
+        inventory = {
+            "cluster": {
+                "hosts": {
+                    h.name: {
+                        "ansible_host": h.en0_ip,
+                        "ansible_user": h.user,
+                        "thunderbolt_ip": h.thunderbolt_ip,
+                        "mpi_slots": h.slots,
+                    }
+                    for h in self.hosts
+                },
+                "vars": group_vars,
+            }
+        }
+        Path(self.inventory).write_text(
+            f"# virtual cluster {self.id}; remove: python -m tests.vcluster down --dir {self.dir}\n"
+            + yaml.safe_dump(inventory, sort_keys=False)
+        )
+
+    # ----- use ------------------------------------------------------------------------
+    def nsenter_argv(self, host: Host | str | int) -> list[str]:
+        """Prefix that runs a command (as root) inside the host's net, mount and UTS namespaces."""
+        h = self.host(host)
+        return ["nsenter", f"--net=/run/netns/{h.netns}", f"--mount={h.mnt_ns}",
+                f"--uts={h.uts_ns}", "--"]
+
+    def _exec(self, host, argv, **kw) -> subprocess.CompletedProcess:
+        return sh([*self.nsenter_argv(host), *argv], **kw)
+
+    def run(
+        self,
+        host: Host | str | int,
+        cmd: str | list[str],
+        user: str | None = None,
+        check: bool = True,
+        timeout: float = 300,
+        input: str | None = None,
+    ) -> subprocess.CompletedProcess:
+        """Run cmd (shell string or argv) in the host, as root or as `user` in a login shell
+        (HOME, PATH and cwd of that user, like an ssh session). Output is captured as text."""
+        if user:
+            line = cmd if isinstance(cmd, str) else shlex.join(cmd)
+            argv = ["runuser", "-l", user, "-c", line]
+        else:
+            argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        return self._exec(host, argv, check=check, timeout=timeout, input=input)
+
+    def ssh_argv(self, host: Host | str | int, *cmd: str, user: str | None = None) -> list[str]:
+        """ssh from the controller as Ansible does (key, pinned host keys, no prompts)."""
+        h = self.host(host)
+        return ["ssh", "-F", "none", "-i", self.controller_key, *shlex.split(self.ssh_common_args),
+                "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                f"{user or h.user}@{h.en0_ip}", *cmd]
+
+    def iface_bytes(self, host: Host | str | int, ifname: str) -> tuple[int, int]:
+        """(rx_bytes, tx_bytes) of an interface inside the host, from its /sys/class/net."""
+        stats = f"/sys/class/net/{ifname}/statistics"
+        out = self.run(host, ["cat", f"{stats}/rx_bytes", f"{stats}/tx_bytes"]).stdout.split()
+        return int(out[0]), int(out[1])
+
+    # ----- down -----------------------------------------------------------------------
+    def down(self) -> None:
+        """Remove everything state.json records; safe to repeat and on a half-built cluster."""
+        if self.dir is None or not (self.dir / "state.json").exists():
+            return
+        res = self.resources
+        ns_keys = {_ns_key(f"/run/netns/{r['name']}") for r in res if r["kind"] == "netns"}
+        ns_keys |= {_ns_key(r["path"]) for r in res if r["kind"] == "nsfile"}
+        uids = set()
+        for r in res:
+            if r["kind"] == "user":
+                with contextlib.suppress(KeyError):
+                    uids.add(pwd.getpwnam(r["name"]).pw_uid)
+        _kill_all(ns_keys - {None}, uids - {0})
+        errors = []
+        for r in reversed(res):
+            try:
+                self._undo(r)
+            except (OSError, subprocess.SubprocessError) as exc:
+                errors.append(f"{r}: {exc}")
+        if errors:
+            raise ClusterError("down left things behind:\n" + "\n".join(errors))
+        left = _mounts_under(self.dir)
+        if left:
+            raise ClusterError(f"refusing to delete {self.dir}: still mounted: {left}")
+        if self.created_dir:
+            shutil.rmtree(self.dir)
+        else:
+            for child in self.dir.iterdir():
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child)
+                else:
+                    child.unlink()
+
+    @staticmethod
+    def _undo(r: dict) -> None:
+        kind = r["kind"]
+        if kind == "link":
+            if sh(["ip", "link", "show", r["name"]], check=False).returncode == 0:
+                sh(["ip", "link", "del", r["name"]])
+        elif kind == "netns":
+            if os.path.exists(f"/run/netns/{r['name']}"):
+                sh(["ip", "netns", "del", r["name"]])
+        elif kind == "route":
+            if sh(["ip", "route", "show", "type", "unreachable", r["dst"]]).stdout.strip():
+                sh(["ip", "route", "del", "unreachable", r["dst"]])
+        elif kind in ("mount", "nsfile"):
+            if r["path"] in _mounts_under(Path(r["path"]).parent) or os.path.ismount(r["path"]):
+                sh(["umount", r["path"]])
+        elif kind == "user":
+            with contextlib.suppress(KeyError):
+                pwd.getpwnam(r["name"])
+                _retry_locked(["userdel", r["name"]])
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"/run/sudo/ts/{r['name']}")
+        elif kind == "homedir":
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(r["path"])
+        elif kind == "file":
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(r["path"])
+
+
+# ----- command line ---------------------------------------------------------------------
+def _parse_var(item: str) -> tuple[str, object]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"--var {item!r}: use key=value")
+    return key, ("" if value == "" else yaml.safe_load(value))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.vcluster", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="action", required=True)
+    up = sub.add_parser("up", help="build a cluster and write DIR/inventory.yml")
+    up.add_argument("--hosts", type=int, required=True)
+    up.add_argument("--slots", help="mpi_slots per host, e.g. 1,2,1 (default 1 each)")
+    up.add_argument("--distinct-users", action="store_true", help="a different user name per host")
+    up.add_argument("--shape", help="tc tbf rates, e.g. bridge0=10gbit,en0=1gbit")
+    up.add_argument("--var", action="append", type=_parse_var, default=[], metavar="KEY=VALUE",
+                    help="group var for the inventory (value parsed as YAML); repeatable")
+    up.add_argument("--dir", required=True, help="new or empty directory for the cluster's files")
+    down = sub.add_parser("down", help="remove everything `up` made (idempotent)")
+    down.add_argument("--dir", required=True)
+    run = sub.add_parser("run", help="run a command inside a host")
+    run.add_argument("--dir", required=True)
+    run.add_argument("--user", action="store_true", help="as the host's login user")
+    run.add_argument("host")
+    run.add_argument("cmd", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+
+    try:
+        if args.action == "up":
+            slots = [int(s) for s in args.slots.split(",")] if args.slots else None
+            vc = VirtualCluster(hosts=args.hosts, slots=slots, distinct_users=args.distinct_users,
+                                shape=args.shape, extra_vars=dict(args.var), workdir=args.dir)
+            start = time.monotonic()
+            vc.up()
+            print(f"cluster {vc.id} up in {time.monotonic() - start:.1f}s: {vc.inventory}")
+            for h in vc.hosts:
+                print(f"  {h.name}  {h.user}@{h.en0_ip}  thunderbolt_ip={h.thunderbolt_ip}  "
+                      f"slots={h.slots}")
+        elif args.action == "down":
+            if (Path(args.dir) / "state.json").exists():
+                VirtualCluster.load(args.dir).down()
+        else:
+            vc = VirtualCluster.load(args.dir)
+            cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+            cmd = cmd[0] if len(cmd) == 1 else cmd  # one word: a shell command line
+            h = vc.host(args.host)
+            proc = vc.run(h, cmd, user=h.user if args.user else None, check=False)
+            sys.stdout.write(proc.stdout)
+            sys.stderr.write(proc.stderr)
+            return proc.returncode
+    except (ClusterError, subprocess.CalledProcessError) as exc:
+        print(f"vcluster: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
