@@ -1,0 +1,52 @@
+"""Joining the launcher's world, and sharing rank 0's state with the other ranks."""
+
+import json
+import os
+from pathlib import Path
+
+import mlx.core as mx
+from mlx.utils import tree_map
+
+# What each launcher tells its processes about the world size.
+SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MLX_WORLD_SIZE")
+
+
+def launcher_sizes():
+    """{variable: world size} announced by mpirun / mlx.launch in this process's environment."""
+    sizes = {k: int(os.environ[k]) for k in SIZE_VARIABLES if k in os.environ}
+    if hostfile := os.environ.get("MLX_HOSTFILE"):  # mlx.launch ring: one entry per rank
+        text = Path(hostfile).read_text().strip()  # empty for a single process
+        sizes["MLX_HOSTFILE"] = len(json.loads(text)) if text else 1
+    return sizes
+
+
+def init():
+    """The world group. Under a launcher, a world that is not the announced size is an error:
+    the classic failure is every process silently training alone at world size 1."""
+    sizes = launcher_sizes()
+    if not sizes:
+        return mx.distributed.init()
+    try:
+        group = mx.distributed.init(strict=True)
+    except RuntimeError as e:
+        raise SystemExit(f"train: error: launched as one of {max(sizes.values())} processes "
+                         f"({_describe(sizes)}) but MLX could not join them: {e}") from None
+    wrong = {k: v for k, v in sizes.items() if v != group.size()}
+    if wrong:
+        raise SystemExit(f"train: error: MLX world size is {group.size()} but the launcher "
+                         f"said {_describe(wrong)}; check that mpirun and MLX use the same MPI "
+                         "(MLX_MPI_LIBNAME)")
+    return group
+
+
+def _describe(sizes):
+    return ", ".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def from_rank0(tree, group):
+    """Every rank gets rank 0's values (a sum in which the other ranks contribute zeros)."""
+    if group.size() == 1:
+        return tree
+    keep = group.rank() == 0
+    return tree_map(
+        lambda a: mx.distributed.all_sum(a if keep else mx.zeros_like(a), group=group), tree)

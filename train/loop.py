@@ -1,0 +1,151 @@
+"""The training loop: each rank's shard of every global batch, gradients averaged over ranks."""
+
+import json
+import time
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_flatten
+
+from . import checkpoint, cli, data, distributed, lora, models, report
+
+# A resumed run must have these settings of the run it continues.
+SAME_ON_RESUME = ("model", "dataset", "data", "batch_size", "seed")
+
+
+def build(args):
+    """(model, train split, eval split), initialised from args.seed."""
+    mx.random.seed(args.seed)
+    if args.lora:
+        return lora.load(args.model, args.data)
+    train, test = data.load(args.dataset, args.data, models.CONTEXT)
+    inputs, _, _ = train[np.arange(1)]
+    return models.build(args.model, inputs.shape[1:]), train, test
+
+
+def weighted_loss(model, inputs, targets, weights, scale):
+    logits = model(inputs).astype(mx.float32)
+    return (nn.losses.cross_entropy(logits, targets) * weights).sum() * scale
+
+
+def evaluate(model, split, batch_size, group):
+    """(loss, accuracy) over the whole split; each rank takes every world-size-th example."""
+    totals = mx.zeros(3)  # loss sum, correct targets, targets
+    mine = np.arange(group.rank(), len(split), group.size())
+    for i in range(0, len(mine), batch_size):
+        inputs, targets, weights = map(mx.array, split[mine[i : i + batch_size]])
+        logits = model(inputs).astype(mx.float32)
+        loss = nn.losses.cross_entropy(logits, targets)
+        correct = logits.argmax(-1) == targets
+        totals += mx.stack([(loss * weights).sum(), (correct * weights).sum(), weights.sum()])
+        mx.eval(totals)
+    loss, correct, count = mx.distributed.all_sum(totals, group=group).tolist()
+    return loss / count, correct / count
+
+
+def restore(args, model, optimizer, group):
+    """The step to start from: rank 0 reads the latest checkpoint (if resuming) and every rank
+    takes rank 0's step, parameters and optimizer state."""
+    step = 0
+    latest = checkpoint.latest(args.out) if group.rank() == 0 else None
+    if latest and not args.resume:
+        cli.fail(f"--out {args.out} already has checkpoints; pass --resume to continue from "
+                 f"{latest.name} or choose another --out")
+    if latest:
+        state = checkpoint.load(latest, model, optimizer)
+        for key in SAME_ON_RESUME:
+            if state["config"][key] != config(args)[key]:
+                cli.fail(f"--resume: {latest} was made with --{key.replace('_', '-')} "
+                         f"{state['config'][key]}, not {config(args)[key]}")
+        step = state["step"]
+        report.say(f"resuming from {latest} (step {step})")
+    optimizer.learning_rate = args.lr
+    model.update(distributed.from_rank0(model.trainable_parameters(), group))
+    optimizer.state = distributed.from_rank0(optimizer.state, group)
+    return int(distributed.from_rank0(mx.array(step), group).item())
+
+
+def config(args):
+    return {k: str(v) if v is not None and k in ("out", "data") else v
+            for k, v in vars(args).items()}
+
+
+def run(args, group):
+    started = time.perf_counter()
+    rank, world = group.rank(), group.size()
+    model, train, test = build(args)
+    optimizer = optim.Adam(learning_rate=args.lr)
+    optimizer.init(model.trainable_parameters())
+    start = restore(args, model, optimizer, group)
+    if rank == 0:
+        args.out.mkdir(parents=True, exist_ok=True)
+        metrics = report.Metrics(args.out, start)
+        progress = report.Progress(start, args.steps, bar=not distributed.launcher_sizes())
+        trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+        progress.write(f"{args.model} ({trainable:,} trainable parameters) on {args.dataset} "
+                       f"({len(train)} train / {len(test)} eval examples), {world} rank(s), "
+                       f"global batch {args.batch_size}, steps {start + 1}..{args.steps}")
+
+    loss_and_grad = nn.value_and_grad(model, weighted_loss)
+    step_time = sync_time = 0.0
+    window_loss, window_start, window_steps = mx.array(0.0), time.perf_counter(), 0
+    train_loss = eval_loss = accuracy = None
+    for step in range(start + 1, args.steps + 1):
+        tick = time.perf_counter()
+        inputs, targets, weights = train[data.global_batch(args.seed, step - 1, args.batch_size,
+                                                           len(train))]
+        # Each rank's loss sum is scaled so that the average over ranks is the mean loss over
+        # every target of the global batch: the gradients equal one process's on the whole batch.
+        scale = world / float(weights.sum())
+        shard = map(mx.array, data.shard((inputs, targets, weights), rank, world))
+        loss, grads = loss_and_grad(model, *shard, scale)
+        mx.eval(loss, grads)
+        synced = time.perf_counter()
+        grads = nn.average_gradients(grads, group=group)
+        mx.eval(grads)
+        sync_time += time.perf_counter() - synced
+        optimizer.update(model, grads)
+        mx.eval(model.parameters(), optimizer.state)
+        step_time += time.perf_counter() - tick
+        window_loss, window_steps = window_loss + loss, window_steps + 1
+
+        if step % args.log_every == 0 or step == args.steps:
+            train_loss = mx.distributed.all_sum(window_loss, group=group).item() / world
+            train_loss /= window_steps
+            speed = window_steps * args.batch_size / (time.perf_counter() - window_start)
+            if rank == 0:
+                metrics.add(kind="train", step=step, loss=train_loss, lr=args.lr,
+                            samples_per_s=speed, world_size=world)
+                progress.log(step, train_loss, speed)
+            window_loss, window_start, window_steps = mx.array(0.0), time.perf_counter(), 0
+
+        if (args.eval_every and step % args.eval_every == 0) or step == args.steps:
+            eval_loss, accuracy = evaluate(model, test, args.batch_size, group)
+            if rank == 0:
+                metrics.add(kind="eval", step=step, eval_loss=eval_loss, eval_accuracy=accuracy)
+                progress.write(f"eval step {step} loss {eval_loss:.4f} accuracy {accuracy:.4f}")
+            window_start = time.perf_counter()
+
+        if rank == 0 and ((args.checkpoint_every and step % args.checkpoint_every == 0)
+                          or step == args.steps):
+            path = checkpoint.save(args.out, step, model, optimizer, config(args))
+            progress.write(f"checkpoint {path}")
+            window_start = time.perf_counter()
+
+    if rank == 0:
+        progress.close()
+        steps_run = args.steps - start
+        summary = {
+            "model": args.model, "dataset": args.dataset, "world_size": world,
+            "steps": args.steps, "resumed_from_step": start, "train_loss": train_loss,
+            "eval_loss": eval_loss, "eval_accuracy": accuracy,
+            "wall_time_s": time.perf_counter() - started,
+            "samples_per_s": steps_run * args.batch_size / step_time if steps_run else None,
+            "comm_time_share": sync_time / step_time if steps_run else None,
+        }
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        report.plot(metrics.records(), args.out / "loss.png")
+        report.say(f"done in {summary['wall_time_s']:.1f}s: eval loss {eval_loss:.4f} accuracy "
+                   f"{accuracy:.4f}; wrote {args.out}/summary.json, metrics.jsonl, loss.png")

@@ -1,0 +1,83 @@
+"""What rank 0 shows and writes: progress, DIR/metrics.jsonl, DIR/summary.json, DIR/loss.png."""
+
+import json
+import sys
+import time
+
+PREFIX = "[train]"  # progress lines start with this, for launchers that stream them
+
+
+def say(message):
+    print(f"{PREFIX} {message}", flush=True)
+
+
+class Progress:
+    """A tqdm bar on a terminal, else one plain line per logged step. Launchers such as mpirun
+    may give processes a pseudo-terminal, so callers pass bar=False under a launcher."""
+
+    def __init__(self, first_step, steps, bar):
+        self.steps, self.start, self.first = steps, time.perf_counter(), first_step
+        self.bar = None
+        if bar and sys.stdout.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=steps, initial=first_step, unit="step", dynamic_ncols=True)
+
+    def log(self, step, loss, samples_per_s):
+        if self.bar is not None:
+            self.bar.update(step - self.bar.n)
+            self.bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{samples_per_s:.0f}")
+            return
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / (step - self.first) * (self.steps - step)
+        say(f"step {step}/{self.steps} loss {loss:.4f} samples/s {samples_per_s:.1f} "
+            f"eta {time.strftime('%H:%M:%S', time.gmtime(eta))}")
+
+    def write(self, message):
+        if self.bar is not None:
+            self.bar.write(f"{PREFIX} {message}")
+        else:
+            say(message)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+class Metrics:
+    """DIR/metrics.jsonl: one record per logged train step or evaluation."""
+
+    def __init__(self, out, resumed_step):
+        self.path = out / "metrics.jsonl"
+        # A resumed run redoes the steps after its checkpoint: drop their old records.
+        kept = [r for r in self.records() if r["step"] <= resumed_step]
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def records(self):
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines()]
+
+    def add(self, **record):
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def plot(records, path):
+    """Train loss per logged step, eval loss per evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for kind, key, style in (("train", "loss", "-"), ("eval", "eval_loss", "o-")):
+        points = [(r["step"], r[key]) for r in records if r["kind"] == kind]
+        if points:
+            ax.plot(*zip(*points, strict=True), style, label=f"{kind} loss")
+    ax.set(xlabel="step", ylabel="loss", yscale="log", title="Training loss")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
