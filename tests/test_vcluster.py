@@ -57,6 +57,11 @@ def test_hosts_have_own_hostname_home_host_keys_and_ssh_login(vcluster):
     assert vc.run(h1, "cat ~/marker", user=h1.user).stdout == "only-on-1\n"
     assert vc.run(h2, "test -e ~/marker", user=h2.user, check=False).returncode == 1
 
+    marker = f"/root/vcluster-{vc.id}-marker"
+    vc.run(h1, f"touch {marker}")
+    assert vc.run(h2, f"test -e {marker}", check=False).returncode == 1
+    assert not Path(marker).exists()
+
     keys = [vc.run(h, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1] for h in vc.hosts]
     own = Path("/etc/ssh/ssh_host_ed25519_key.pub")
     assert len({*keys, own.read_text().split()[1] if own.exists() else ""}) == 3

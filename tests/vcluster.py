@@ -11,6 +11,7 @@ removes exactly what `up` made, even after a crash halfway.
         [--shape bridge0=10gbit,en0=1gbit] [--var key=value ...] --dir DIR
     python -m tests.vcluster run --dir DIR [--user] HOST -- CMD...
     python -m tests.vcluster down --dir DIR
+    python -m tests.vcluster list
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import contextlib
 import dataclasses
 import fcntl
+import grp
 import ipaddress
 import json
 import os
@@ -40,6 +42,7 @@ import yaml
 MGMT_SUPERNET = ipaddress.ip_network("198.18.0.0/16")
 TB_SUPERNET = ipaddress.ip_network("198.19.0.0/16")
 LOCK_FILE = Path("/run/lock/vcluster.lock")
+REGISTRY = Path("/run/vcluster")  # <id> -> DIR of every cluster that is up
 SUDOERS_DIR = Path("/etc/sudoers.d")
 SHAPED_IFACES = ("bridge0", "en0")
 HOST_KEY_TYPES = ("ed25519", "ecdsa")
@@ -205,6 +208,7 @@ class VirtualCluster:
         self.hosts: list[Host] = []
         self.resources: list[dict] = []
         self.created_dir = False
+        self.owns_state = False
 
     # ----- names and paths -------------------------------------------------------------
     @property
@@ -274,6 +278,7 @@ class VirtualCluster:
             "hosts": [dataclasses.asdict(h) for h in self.hosts],
             "resources": self.resources,
         }
+        self.owns_state = True
         tmp = self.dir / "state.json.tmp"
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.dir / "state.json")
@@ -313,18 +318,22 @@ class VirtualCluster:
                 self._wait_for_sshd(host)
             self._write_controller_files()
         except BaseException:
-            if self.dir and (self.dir / "state.json").exists():
+            if self.owns_state:  # never tear down a cluster another `up` left in DIR
                 self.down()
             raise
         return self
 
     def _prepare_dir(self) -> None:
+        if self.dir and not re.fullmatch(r"[\w./+-]+", str(self.dir)):
+            raise ClusterError(f"--dir {self.dir}: use a path of letters, digits and ._+-/ only")
         if self.dir is None:
             self.dir = Path(tempfile.mkdtemp(prefix="vcluster-"))
             self.created_dir = True
         elif not self.dir.exists():
             self.dir.mkdir(parents=True)
             self.created_dir = True
+        elif (self.dir / "state.json").exists():
+            raise ClusterError(f"a cluster is already up in {self.dir}; run `down --dir` first")
         elif any(self.dir.iterdir()):
             raise ClusterError(f"--dir {self.dir} is not empty; give a new or empty directory")
         self.dir.chmod(0o755)
@@ -352,15 +361,13 @@ class VirtualCluster:
         with open(LOCK_FILE, "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             names, nets = self._taken()
+            names |= {u.pw_name for u in pwd.getpwall()} | set(os.listdir("/home"))
+            names |= {g.gr_name for g in grp.getgrall()}
             for _ in range(100):
                 self.id = secrets.token_hex(2)
-                clash = any(n.startswith(self.prefix) for n in names)
-                with contextlib.suppress(KeyError):
-                    pwd.getpwnam(f"{self.prefix}u")
-                    clash = True
-                if not clash and not any(
-                    Path(f"/home/{self.prefix}u{s}").exists() for s in ("", 1)
-                ):
+                if not any(n.startswith(self.prefix) for n in names) and not Path(
+                    SUDOERS_DIR, f"vcluster-{self.id}"
+                ).exists():
                     break
             else:
                 raise ClusterError("could not find a free cluster id")
@@ -378,6 +385,11 @@ class VirtualCluster:
             self._prepare_dir()
             self.hosts = [self._host_spec(i) for i in range(1, self.n_hosts + 1)]
             self._save()
+            # A machine-wide list of clusters, so forgotten ones can be found (`list`).
+            entry = REGISTRY / self.id
+            self._record("file", path=str(entry))
+            REGISTRY.mkdir(exist_ok=True)
+            entry.write_text(f"{self.dir}\n")
             self._make_networks()
 
     def _host_spec(self, i: int) -> Host:
@@ -473,6 +485,8 @@ class VirtualCluster:
             "PrintMotd no\nAcceptEnv LANG LC_*\n"
             "Subsystem sftp /usr/lib/openssh/sftp-server\n"
         )
+        for layer in ("upper", "work"):
+            (hdir / "root" / layer).mkdir(parents=True, mode=0o700)
         hosts = Path("/etc/hosts").read_text()
         (hdir / "hosts").write_text(f"{hosts.rstrip()}\n127.0.1.1\t{host.name}\n")
 
@@ -526,6 +540,9 @@ class VirtualCluster:
             f"mount --bind {hdir}/etc-ssh /etc/ssh",
             f"mount --bind {hdir}/hosts /etc/hosts",
             "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /dev/shm",
+            # Root's files stay visible (pyenv lives there) but writes stay on this host.
+            f"mount -t overlay overlay -o lowerdir=/root,upperdir={hdir}/root/upper,"
+            f"workdir={hdir}/root/work /root",
         ])
         sh(["nsenter", f"--net=/run/netns/{host.netns}", "unshare", f"--mount={host.mnt_ns}",
             f"--uts={host.uts_ns}", "--propagation", "private", "sh", "-c", script])
@@ -712,6 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--dir", required=True, help="new or empty directory for the cluster's files")
     down = sub.add_parser("down", help="remove everything `up` made (idempotent)")
     down.add_argument("--dir", required=True)
+    sub.add_parser("list", help="clusters on this machine: id and DIR")
     run = sub.add_parser("run", help="run a command inside a host")
     run.add_argument("--dir", required=True)
     run.add_argument("--user", action="store_true", help="as the host's login user")
@@ -730,6 +748,11 @@ def main(argv: list[str] | None = None) -> int:
             for h in vc.hosts:
                 print(f"  {h.name}  {h.user}@{h.en0_ip}  thunderbolt_ip={h.thunderbolt_ip}  "
                       f"slots={h.slots}")
+        elif args.action == "list":
+            for entry in sorted(REGISTRY.glob("*")) if REGISTRY.is_dir() else []:
+                workdir = entry.read_text().strip()
+                ok = Path(workdir, "state.json").exists()
+                print(f"{entry.name}  {workdir}{'' if ok else '  (state.json gone!)'}")
         elif args.action == "down":
             if (Path(args.dir) / "state.json").exists():
                 VirtualCluster.load(args.dir).down()
