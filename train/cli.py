@@ -79,7 +79,7 @@ def parse(argv=None):
     choices = LORA_DATASETS if args.lora else BUILT_IN[args.model]
     args.dataset = args.dataset or choices[0]
     if args.dataset not in choices:
-        fail(f"dataset '{args.dataset}' does not fit model '{args.model}'; "
+        fail(f"unknown dataset '{args.dataset}' for model '{args.model}'; "
              f"choices: {', '.join(choices)}")
     check_data(args)
     lr, batch_size = DEFAULTS["lora" if args.lora else "built-in"]

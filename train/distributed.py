@@ -24,7 +24,7 @@ def init():
     """The world group. Under a launcher, a world that is not the announced size is an error:
     the classic failure is every process silently training alone at world size 1."""
     sizes = launcher_sizes()
-    if not sizes:
+    if all(size == 1 for size in sizes.values()):  # no launcher, or a world of one process
         return mx.distributed.init()
     try:
         group = mx.distributed.init(strict=True)

@@ -1,0 +1,131 @@
+"""Helpers for the train/ tests: run `python -m train` (alone or under mpirun) and read its files,
+plus small local data: IDX image files, a text file, a tiny mlx-lm model with jsonl data."""
+
+import gzip
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MPIRUN = shutil.which("mpirun")
+needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="needs Open MPI's mpirun")
+
+
+def train_cmd(*args):
+    return [sys.executable, "-m", "train", *map(str, args)]
+
+
+def mpirun_cmd(*apps):
+    """mpirun running each argv in apps as one rank (MPMD: `app0 : app1 ...`)."""
+    cmd = [MPIRUN, "--bind-to", "none", "--oversubscribe"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    for i, app in enumerate(apps):
+        cmd += ([":"] if i else []) + ["-np", "1", *app]
+    return cmd
+
+
+def run(cmd, check=True, timeout=600, **kwargs):
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                            **kwargs)
+    if check and result.returncode:
+        raise AssertionError(f"{cmd} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def final_weights(out):
+    """The newest checkpoint's model weights as numpy arrays."""
+    latest = sorted((Path(out) / "checkpoints").glob("step_*"))[-1]
+    return {k: np.array(v) for k, v in mx.load(str(latest / "model.safetensors")).items()}
+
+
+def summary(out):
+    return json.loads((Path(out) / "summary.json").read_text())
+
+
+def metrics(out):
+    return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+
+
+def write_idx(path, array):
+    """array (unsigned bytes) as an IDX file, gzipped if path ends in .gz."""
+    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "wb") as f:
+        f.write(header + array.astype(np.uint8).tobytes())
+
+
+def bar_images(count, seed):
+    """28x28 images whose label is the row of a bright horizontal bar (plus noise)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 10, count)
+    images = rng.integers(0, 60, (count, 28, 28))
+    for image, label in zip(images, labels, strict=True):
+        image[2 + 2 * label : 4 + 2 * label, 4:24] = 255
+    return images, labels
+
+
+@pytest.fixture(scope="session")
+def idx_dir(tmp_path_factory):
+    """A small dataset in MNIST's four IDX files (gzipped, as published)."""
+    directory = tmp_path_factory.mktemp("idx")
+    for prefix, count, seed in (("train", 600, 1), ("t10k", 200, 2)):
+        images, labels = bar_images(count, seed)
+        write_idx(directory / f"{prefix}-images-idx3-ubyte.gz", images)
+        write_idx(directory / f"{prefix}-labels-idx1-ubyte.gz", labels)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def text_file(tmp_path_factory):
+    """About 90 KB of real English-and-Python text: the source of the argparse module."""
+    import argparse
+
+    path = tmp_path_factory.mktemp("text") / "argparse.txt"
+    shutil.copy(argparse.__file__, path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_llm(tmp_path_factory):
+    """(model directory, data directory): a randomly initialised 2-layer llama that mlx_lm.load
+    reads (config.json, model.safetensors, a word-level tokenizer) and mlx-lm jsonl data."""
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    model_dir, data_dir = tmp_path_factory.mktemp("llm"), tmp_path_factory.mktemp("jsonl")
+    words = "the cat dog is red blue green sat on a mat ran to park".split()
+    vocab = {w: i for i, w in enumerate(["<unk>", "<eos>", *words])}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>",
+                            eos_token="<eos>").save_pretrained(model_dir)
+    config = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2,
+              "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "rms_norm_eps": 1e-5, "vocab_size": len(vocab), "tie_word_embeddings": True,
+              "eos_token_id": 1}
+    (model_dir / "config.json").write_text(json.dumps(config))
+    mx.random.seed(0)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    mx.save_safetensors(str(model_dir / "model.safetensors"), dict(tree_flatten(model.parameters())))
+
+    rng = random.Random(0)
+    for name, count in (("train", 64), ("valid", 16)):
+        lines = []
+        for _ in range(count):
+            animal, colour = rng.choice(["cat", "dog"]), rng.choice(["red", "blue", "green"])
+            text = f"the {animal} is {colour} the {animal} sat on a mat the {animal} ran to park"
+            lines.append(json.dumps({"text": text}) + "\n")
+        (data_dir / f"{name}.jsonl").write_text("".join(lines))
+    return model_dir, data_dir

@@ -1,0 +1,84 @@
+"""The command-line contract: every flag documented, bad values a one-line error with exit 2."""
+
+import re
+
+import pytest
+
+from train import cli
+
+from .conftest import mpirun_cmd, needs_mpirun, run, train_cmd
+
+
+def error_of(capsys, *argv):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse([str(a) for a in argv])
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("train: error: ")
+    return lines[0]
+
+
+def test_help_documents_every_flag():
+    text = run(train_cmd("--help")).stdout
+    for flag in ("--model", "--dataset", "--data", "--steps", "--batch-size", "--lr", "--seed",
+                 "--out", "--resume", "--eval-every", "--checkpoint-every", "--log-every"):
+        assert re.search(rf"^\s+{flag}\b.*\S", text, re.M), flag
+
+
+def test_defaults_train_mlp_on_digits():
+    args = cli.parse([])
+    assert (args.model, args.dataset, args.lora, args.batch_size, args.lr) == (
+        "mlp", "digits", False, 64, 1e-3)
+
+
+def test_unknown_model_names_value_and_choices(capsys):
+    line = error_of(capsys, "--model", "resnet")
+    assert "'resnet'" in line and "mlp, cnn, gpt" in line and "Hugging Face" in line
+
+
+def test_unknown_dataset_names_value_and_choices(capsys):
+    line = error_of(capsys, "--model", "cnn", "--dataset", "cifar10")
+    assert "'cifar10'" in line and "digits, mnist, fashion-mnist" in line
+    assert "choices: text" in error_of(capsys, "--model", "gpt", "--dataset", "mnist")
+
+
+def test_missing_data_path(capsys, tmp_path):
+    missing = tmp_path / "nope.txt"
+    assert f"'{missing}' does not exist" in error_of(capsys, "--model", "gpt", "--data", missing)
+    assert "needs --data" in error_of(capsys, "--model", "gpt")
+    assert "train.jsonl or valid.jsonl" in error_of(capsys, "--model", "org/model", "--data",
+                                                    tmp_path)
+
+
+def test_bad_numbers(capsys):
+    assert "--steps" in error_of(capsys, "--steps", "0")
+    assert "'-1'" in error_of(capsys, "--batch-size", "-1")
+    assert "--lr" in error_of(capsys, "--lr", "0")
+
+
+def test_lora_model_directory_needs_config(capsys, tmp_path):
+    assert "no config.json" in error_of(capsys, "--model", tmp_path)
+
+
+def test_batch_size_must_split_over_ranks(capsys):
+    args = cli.parse(["--batch-size", "30"])
+    cli.check_world(args, 3)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.check_world(args, 4)
+    assert exit_info.value.code == 2
+    assert "batch size 30 does not split over 4 ranks" in capsys.readouterr().err
+
+
+def test_exit_code_of_the_real_command():
+    result = run(train_cmd("--model", "resnet"), check=False)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "unknown model 'resnet'" in result.stderr
+
+
+@needs_mpirun
+def test_batch_size_not_divisible_under_mpirun(tmp_path):
+    app = train_cmd("--batch-size", "33", "--out", tmp_path / "run")
+    result = run(mpirun_cmd(app, app), check=False)
+    assert result.returncode == 2
+    assert "batch size 33 does not split over 2 ranks" in result.stderr
+    assert not (tmp_path / "run").exists()
