@@ -12,6 +12,10 @@ removes exactly what `up` made, even after a crash halfway.
     python -m tests.vcluster run --dir DIR [--user] HOST -- CMD...
     python -m tests.vcluster down --dir DIR
     python -m tests.vcluster list
+
+Inside a host: /etc/ssh, /home/<user>, /etc/hosts and /dev/shm are the host's own, /root is a
+per-host copy-on-write overlay, everything else (/tmp, /usr, /etc) is the machine's. Hosts have
+no default route (only 198.18.<k>.0/24 on en0), so nothing they send can leave the machine.
 """
 
 from __future__ import annotations
