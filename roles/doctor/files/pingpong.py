@@ -1,0 +1,66 @@
+"""Ping-pong between every pair of MPI ranks (one rank per host): latency and bandwidth matrix.
+
+Run under mpirun with one rank per host; rank 0 prints one JSON line:
+{"hosts": [hostname by rank], "pairs": [{"a", "b", "latency_us", "gbps"}]}.
+Pairs run one at a time so they do not share CPU or links with each other.
+"""
+
+import argparse
+import json
+import socket
+import statistics
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+
+def pingpong(comm, peer, first, buf, seconds, min_reps):
+    """Median round-trip time of `buf` bouncing between this rank and peer."""
+    times = []
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        if first:
+            comm.Send(buf, dest=peer)
+            comm.Recv(buf, source=peer)
+        else:
+            comm.Recv(buf, source=peer)
+            comm.Send(buf, dest=peer)
+        times.append(time.perf_counter() - t0)
+        # The first rank decides when to stop, so both sides run the same number of rounds.
+        done = first and len(times) >= min_reps and time.perf_counter() - start > seconds
+        theirs = comm.sendrecv(done, dest=peer, source=peer)
+        if done or theirs:
+            return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--size", type=int, default=1 << 20, help="bandwidth message bytes")
+    parser.add_argument("--seconds", type=float, default=0.3, help="time per measurement")
+    args = parser.parse_args()
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    hosts = comm.allgather(socket.gethostname().split(".")[0])
+    small = np.zeros(8, dtype=np.uint8)
+    large = np.zeros(args.size, dtype=np.uint8)
+    pairs = []
+    for a in range(size):
+        for b in range(a + 1, size):
+            comm.Barrier()
+            if rank in (a, b):
+                peer = b if rank == a else a
+                rtt = pingpong(comm, peer, rank == a, small, args.seconds / 3, 10)
+                big = pingpong(comm, peer, rank == a, large, args.seconds, 3)
+                if rank == a:
+                    pairs.append({"a": a, "b": b, "latency_us": rtt / 2 * 1e6,
+                                  "gbps": 2 * args.size * 8 / big / 1e9})
+    pairs = [p for chunk in comm.gather(pairs, root=0) or [] for p in chunk]
+    if rank == 0:
+        print(json.dumps({"hosts": hosts, "size": args.size, "pairs": pairs}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""roles/cluster/filter_plugins/doctor.py: probe classification and the check.yml report table."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).parents[2] / "roles/cluster/filter_plugins/doctor.py"
+_SPEC = importlib.util.spec_from_file_location("doctor_filters", _PATH)
+doctor = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(doctor)
+
+CHANGED_KEY = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
+Host key for 198.19.1.3 has changed and you have requested strict checking.
+Host key verification failed."""
+
+
+@pytest.mark.parametrize(
+    ("result", "reason"),
+    [
+        ({"rc": 0, "stdout": "b\n", "stderr": ""}, "ok"),
+        ({"rc": 255, "stdout": "", "stderr": CHANGED_KEY}, "host_key_changed"),
+        ({"rc": 255, "stderr": "No ED25519 host key is known for x and you have requested "
+          "strict checking.\nHost key verification failed."}, "host_key_unknown"),
+        ({"rc": 255, "stderr": "u@198.19.1.3: Permission denied (publickey)."}, "auth"),
+        ({"rc": 255, "stderr": "ssh: connect to host 198.19.1.3 port 22: Connection refused"},
+         "unreachable"),
+        ({"rc": 255, "stderr": "ssh: connect to host 198.19.1.3 port 22: Connection timed out"},
+         "unreachable"),
+        ({"failed": True, "msg": "async task did not complete within the requested time - 30s"},
+         "timeout"),
+        ({"failed": True, "msg": "Timeout exceeded", "child_pid": 7}, "timeout"),
+        ({"rc": 0, "stdout": "c\n"}, "wrong_host"),
+    ],
+)
+def test_ssh_reason_tells_a_changed_host_key_from_an_unreachable_host(result, reason):
+    assert doctor.doctor_ssh_reason(result, expected_hostname="b") == reason
+
+
+def test_ssh_row_names_the_pair_and_the_changed_key():
+    row = doctor.doctor_ssh_row({"rc": 255, "stderr": CHANGED_KEY}, "a", "b", "198.19.1.3", "b")
+    assert row["check"] == "ssh" and row["target"] == "a -> b" and row["status"] == "failed"
+    assert row["reason"] == "host_key_changed"
+    assert "CHANGED" in row["detail"] and "198.19.1.3" in row["detail"]
+    table = doctor.doctor_table([row])
+    assert "ssh-keygen -R" in table and "on a" in table
+
+
+def test_command_row_timeout_names_the_bound():
+    row = doctor.doctor_command_row({"failed": True, "msg": "Timeout exceeded"}, "mpirun_all",
+                                    "cluster", 120)
+    assert (row["status"], row["reason"]) == ("failed", "timeout")
+    assert "120s" in row["detail"]
+
+
+def test_command_row_skips_open_mpi_banner_lines():
+    stderr = "-----\nmpirun was unable to launch the specified application\n-----\n"
+    row = doctor.doctor_command_row({"rc": 1, "stderr": stderr}, "mlx_mpi", "cluster")
+    assert row["detail"] == "rc=1: mpirun was unable to launch the specified application"
+
+
+def test_command_row_checks_expected_output():
+    row = doctor.doctor_command_row
+    ok = row({"rc": 0, "stdout": "host-a\n"}, "mpirun_local", "a", 5, "host-a")
+    bad = row({"rc": 0, "stdout": "other\n"}, "mpirun_local", "a", 5, "host-a")
+    assert ok["status"] == "ok" and bad["status"] == "failed"
+
+
+def test_command_row_of_a_missing_program_says_which():
+    result = {"rc": 2, "msg": "Error executing command.", "cmd": ["/x/venv/bin/python", "-c", ""]}
+    assert "cannot run /x/venv/bin/python" in doctor.doctor_command_row(result, "mlx_import", "a")[
+        "detail"]
+
+
+def test_unknown_check_is_an_error():
+    with pytest.raises(ValueError, match="unknown check"):
+        doctor.doctor_row("nope", "a", True)
+
+
+LINUX_BRIDGE = {"device": "bridge0", "active": True,
+                "ipv4": {"address": "198.19.1.2", "prefix": "24"}}
+DARWIN_BRIDGE = {"device": "bridge0", "status": "active", "flags": ["UP", "BROADCAST"],
+                 "ipv4": [{"address": "10.0.0.2", "netmask": "255.255.255.0"}]}
+
+
+@pytest.mark.parametrize(
+    ("facts", "ip", "status", "reason"),
+    [
+        ({"interfaces": ["bridge0"], "bridge0": LINUX_BRIDGE}, "198.19.1.2", "ok", None),
+        ({"interfaces": ["bridge0"], "bridge0": DARWIN_BRIDGE}, "10.0.0.2", "ok", None),
+        ({"interfaces": ["en0"], "en0": {}}, "198.19.1.2", "failed", "missing"),
+        ({"interfaces": ["bridge0"], "bridge0": {**LINUX_BRIDGE, "active": False}}, "198.19.1.2",
+         "failed", "down"),
+        ({"interfaces": ["bridge0"], "bridge0": {**DARWIN_BRIDGE, "status": "inactive"}},
+         "10.0.0.2", "failed", "down"),
+        ({"interfaces": ["bridge0"], "bridge0": {"device": "bridge0", "active": True}},
+         "198.19.1.2", "failed", "address"),
+        ({"interfaces": ["bridge0"], "bridge0": {**LINUX_BRIDGE, "ipv4_secondaries": [
+            {"address": "198.19.1.9"}]}}, "198.19.1.9", "ok", None),
+    ],
+)
+def test_iface_row_from_linux_and_macos_facts(facts, ip, status, reason):
+    row = doctor.doctor_iface_row(facts, "a", "bridge0", ip)
+    assert (row["status"], row["reason"]) == (status, reason)
+
+
+HOSTS = [
+    {"name": "a", "mpi_address": "198.19.1.2", "slots": 2},
+    {"name": "b", "mpi_address": "198.19.1.3", "slots": 1},
+    {"name": "c", "mpi_address": "198.19.1.4", "slots": 0},
+]
+
+
+def test_hostfile_matching_the_inventory_has_no_problems():
+    text = "# generated\n198.19.1.2 slots=2\n198.19.1.3 slots=1\n"
+    assert doctor.doctor_hostfile_problems(text, HOSTS) == []
+
+
+def test_hostfile_problems_name_each_address():
+    text = "198.19.1.2 slots=1\n198.19.1.4 slots=1\n"
+    assert doctor.doctor_hostfile_problems(text, HOSTS) == [
+        "198.19.1.2 has slots=1, inventory says 2",
+        "198.19.1.3 missing",
+        "198.19.1.4 is not in the inventory (or has mpi_slots 0)",
+    ]
+
+
+def test_hostfile_out_of_order_is_a_problem():
+    text = "198.19.1.3 slots=1\n198.19.1.2 slots=2\n"
+    assert "order" in doctor.doctor_hostfile_problems(text, HOSTS)[0]
+
+
+def test_hosts_json_problems():
+    expected = [{"ssh": "198.19.1.2", "ips": ["198.19.1.2"]}]
+    assert doctor.doctor_hosts_json_problems(json.dumps(expected), expected) == []
+    assert "not valid JSON" in doctor.doctor_hosts_json_problems("[", expected)[0]
+    assert "ssh entries" in doctor.doctor_hosts_json_problems('[{"ssh": "x", "ips": []}]',
+                                                              expected)[0]
+
+
+def test_tree_digest_and_diff_name_the_edited_file():
+    root = "/home/u/mlx-cluster/src/train"
+    files = [{"path": f"{root}/__init__.py", "checksum": "1"},
+             {"path": f"{root}/loop.py", "checksum": "2"},
+             {"path": f"{root}/__pycache__/loop.cpython-311.pyc", "checksum": "3"}]
+    tree = doctor.doctor_tree_digest(files, root)
+    assert tree == {"__init__.py": "1", "loop.py": "2"}
+    reference = {"__init__.py": "1", "loop.py": "9", "data.py": "4"}
+    assert doctor.doctor_tree_diff(tree, reference) == ["data.py missing", "loop.py modified"]
+    assert doctor.doctor_tree_diff(reference, reference) == []
+    assert doctor.doctor_digest(tree) == doctor.doctor_digest(dict(reversed(tree.items())))
+
+
+def test_env_diff():
+    assert doctor.doctor_env_diff(["mlx==1", "numpy==2"], ["mlx==1", "numpy==3"]) == [
+        "+numpy==2", "-numpy==3"]
+
+
+MATRIX = {
+    "hosts": ["h1", "h2", "h3"],
+    "size": 1048576,
+    "pairs": [
+        {"a": 0, "b": 1, "latency_us": 50, "gbps": 12.0},
+        {"a": 0, "b": 2, "latency_us": 300, "gbps": 0.05},
+        {"a": 1, "b": 2, "latency_us": 310, "gbps": 0.05},
+    ],
+}
+
+
+def test_link_rows_flag_slow_pairs_and_the_host_they_share():
+    rows = doctor.doctor_link_rows(MATRIX, {"h1": "a", "h2": "b", "h3": "c"}, 0.25)
+    by_target = {r["target"]: r for r in rows}
+    assert by_target["a <-> b"]["status"] == "ok"
+    for pair in ("a <-> c", "b <-> c"):
+        assert by_target[pair]["status"] == "failed"
+        assert by_target[pair]["reason"] == "slow"
+        assert "every slow pair includes c" in by_target[pair]["detail"]
+
+
+def test_link_rows_all_similar_are_ok():
+    matrix = {**MATRIX, "pairs": [{**p, "gbps": 10 + i} for i, p in enumerate(MATRIX["pairs"])]}
+    assert {r["status"] for r in doctor.doctor_link_rows(matrix, {})} == {"ok"}
+
+
+def test_link_table_is_symmetric_markdown():
+    table = doctor.doctor_link_table(MATRIX, {"h1": "a", "h2": "b", "h3": "c"})
+    assert "| latency (us) | a | b | c |" in table
+    assert "| c | 300 | 310 | - |" in table
+    assert "| a | - | 12.00 | 0.05 |" in table
+
+
+def test_table_lists_rows_in_check_order_with_fixes_and_a_summary():
+    rows = [
+        doctor.doctor_row("mlx_import", "b", False, "rc=1: No module named mlx", "error"),
+        doctor.doctor_row("inventory", "cluster", True),
+        doctor.doctor_row("tb_loop", "cluster", True, "3 hosts", "loop", "warn"),
+        doctor.doctor_row("tb_iface", "c", False, "bridge0 is down", "down"),
+    ]
+    lines = doctor.doctor_table(rows).splitlines()
+    assert lines[0].split() == ["CHECK", "TARGET", "RESULT", "DETAIL"]
+    assert lines[1].startswith("inventory valid") and lines[1].split()[-1] == "ok"
+    assert "Thunderbolt interface" in lines[2] and "FAILED" in lines[2] and "c " in lines[2]
+    assert lines[3].strip().startswith("fix: Bring the interface up on c")
+    assert "WARN" in lines[4] and "chain or" in lines[5]
+    assert "mlx imports" in lines[6] and "fix:" in lines[7]
+    assert lines[-1] == "1 ok, 2 failed, 1 warnings, 0 skipped"
+    assert [r["check"] for r in doctor.doctor_failed(rows)] == ["mlx_import", "tb_iface"]
+
+
+def test_markdown_table_escapes_pipes():
+    md = doctor.doctor_table([doctor.doctor_row("ssh", "a -> b", False, "x | y", "auth")],
+                             markdown=True)
+    assert "x \\| y" in md and md.splitlines()[0].startswith("| check |")
+
+
+def test_every_check_has_a_fix():
+    for check in doctor.CHECKS:
+        if check in ("inventory", "reach"):
+            continue
+        row = doctor.doctor_row(check, "a -> b", False, "d", "some-reason")
+        assert doctor._fix(row)
