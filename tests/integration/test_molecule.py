@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("scenario", ["default", "four-users"])
-def test_molecule_scenario(scenario, require_cluster_support):
+def test_molecule_scenario(scenario):
     molecule = Path(sys.executable).parent / "molecule"
     result = subprocess.run(
         [str(molecule), "test", "--scenario-name", scenario],
