@@ -1,5 +1,6 @@
 """Molecule scenarios on the virtual Thunderbolt cluster: converge, idempotence, verify."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,11 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 @pytest.mark.parametrize("scenario", ["default", "four-users"])
 def test_molecule_scenario(scenario):
-    molecule = Path(sys.executable).parent / "molecule"
+    venv_bin = Path(sys.executable).parent  # molecule calls ansible-config and friends by name
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
-        [str(molecule), "test", "--scenario-name", scenario],
-        cwd=ROOT, capture_output=True, text=True, timeout=2400,
+        [str(venv_bin / "molecule"), "test", "--scenario-name", scenario],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-8000:]
