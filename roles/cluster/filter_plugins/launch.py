@@ -283,7 +283,7 @@ def launch_rank_program(layout, log_dir):
     return ["/bin/sh", "-c", script, "train"]
 
 
-def launch_mpi_options(hosts, infos, np, hostfile, libmpi, interface, extra_args=None):
+def launch_mpi_options(hosts, infos, np, hostfile, version, libmpi, interface, extra_args=None):
     """Keyword arguments for mpi.py's mpirun_argv.
 
     The interface flags apply only when ranks talk across hosts over Thunderbolt addresses;
@@ -295,6 +295,7 @@ def launch_mpi_options(hosts, infos, np, hostfile, libmpi, interface, extra_args
     return {
         "hostfile": hostfile,
         "np": int(np),
+        "version": version,
         "interface": interface if across else None,
         "as_root": any(i["user"] == "root" for i in infos),
         "env": {"MLX_MPI_LIBNAME": libmpi},
@@ -305,6 +306,18 @@ def launch_mpi_options(hosts, infos, np, hostfile, libmpi, interface, extra_args
 def launch_ring_argv(mlx_launch, hosts_json):
     """mlx.launch with the rendered hosts.json; the caller appends the rank program."""
     return [str(mlx_launch), "--hostfile", str(hosts_json), "--backend", "ring", "--"]
+
+
+def launch_shell_command(argv):
+    """argv as one shell command, an option and its value per line, for command.sh."""
+    groups = []
+    for word in map(shlex.quote, map(str, argv)):
+        option = groups and groups[-1].startswith("-") and " " not in groups[-1]
+        if option and not word.startswith("-"):
+            groups[-1] += " " + word
+        else:
+            groups.append(word)
+    return " \\\n  ".join(groups)
 
 
 def launch_rank_hosts(hosts, np):
@@ -418,6 +431,7 @@ class FilterModule:
             "launch_request_errors": launch_request_errors,
             "launch_ring_argv": launch_ring_argv,
             "launch_run_name": launch_run_name,
+            "launch_shell_command": launch_shell_command,
             "launch_summary_lines": launch_summary_lines,
             "launch_train_args": launch_train_args,
         }

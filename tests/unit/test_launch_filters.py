@@ -1,0 +1,308 @@
+"""The train.yml command builder and verdict (roles/cluster/filter_plugins/launch.py).
+
+The mpirun part comes from mpi.py's mpirun_argv, fed by launch_mpi_options exactly as
+roles/launch/vars/main.yml does, so these tests cover the whole command line.
+"""
+
+import importlib.util
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+FILTERS = Path(__file__).resolve().parents[2] / "roles" / "cluster" / "filter_plugins"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f"{name}_filters", FILTERS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+launch = load("launch")
+mpi = load("mpi")
+
+
+def host(name, slots=1, tb=None, address=None):
+    return {"name": name, "slots": slots, "thunderbolt_ip": tb,
+            "mpi_address": tb or address or name}
+
+
+def info(name, home, user=None, work_dir=None, version="4.1.4", prefix="/usr"):
+    work_dir = work_dir or f"{home}/mlx-cluster"
+    return {"name": name, "home": home, "user": user or Path(home).name, "work_dir": work_dir,
+            "python_env": f"{work_dir}/venv", "train_hash": "abc", "openmpi_version": version,
+            "openmpi_prefix": prefix}
+
+
+MACS = [host("m1", tb="10.0.0.1"), host("m2", tb="10.0.0.2")]
+MAC_INFOS = [info("m1", "/Users/alice"), info("m2", "/Users/alice")]
+
+
+def command(hosts, infos, version, libmpi, mpirun="/usr/bin/mpirun", np=None, run="runs/r"):
+    """The full argv the role builds for the mpi backend."""
+    np = np or sum(h["slots"] for h in hosts)
+    options = launch.launch_mpi_options(hosts, infos, np, "/w/hostfile", version, libmpi,
+                                        "bridge0")
+    program = launch.launch_rank_program(launch.launch_layout(infos), f"{run}/logs")
+    return mpi.mpirun_argv(mpirun, **options) + program + launch.launch_train_args(
+        {"model": "mlp", "steps": "5"}, run)
+
+
+# ---------------------------------------------------------------- command line
+
+
+@pytest.mark.parametrize(
+    ("version", "oob"),
+    [("4.1.4", ["--mca", "oob_tcp_if_include", "bridge0"]),
+     ("5.0.8", ["--prtemca", "oob_tcp_if_include", "bridge0"])],
+)
+def test_open_mpi_4_and_5_keep_both_channels_on_thunderbolt(version, oob):
+    argv = command(MACS, MAC_INFOS, version, "/opt/homebrew/lib/libmpi.40.dylib")
+    joined = " ".join(argv)
+    assert " ".join(oob) in joined
+    assert "--mca btl_tcp_if_include bridge0" in joined
+    assert "--bind-to none --map-by slot" in joined
+
+
+def test_macos_command_passes_the_dylib_and_runs_from_the_same_home():
+    argv = command(MACS, MAC_INFOS, "5.0.8", "/opt/homebrew/lib/libmpi.40.dylib",
+                   mpirun="/opt/homebrew/bin/mpirun")
+    assert argv[0] == "/opt/homebrew/bin/mpirun"
+    assert argv[argv.index("-x") + 1] == "MLX_MPI_LIBNAME=/opt/homebrew/lib/libmpi.40.dylib"
+    script = argv[argv.index("/bin/sh") + 2]
+    assert script.startswith("cd /Users/alice/mlx-cluster && ")
+    assert "--allow-run-as-root" not in argv
+
+
+def test_linux_hosts_with_different_homes_run_python_relative_to_each_home():
+    infos = [info("a", "/home/alice"), info("b", "/home/bob")]
+    argv = command([host("a", tb="10.0.0.1"), host("b", tb="10.0.0.2")], infos, "4.1.4",
+                   "/usr/lib/x86_64-linux-gnu/libmpi.so.40")
+    assert argv[argv.index("-x") + 1] == "MLX_MPI_LIBNAME=/usr/lib/x86_64-linux-gnu/libmpi.so.40"
+    script = argv[argv.index("/bin/sh") + 2]
+    assert script.startswith('cd "$HOME"/mlx-cluster && ')
+    assert "exec venv/bin/python -m train" in script
+
+
+@pytest.mark.parametrize(("users", "as_root"), [(["root", "root"], True),
+                                                (["alice", "bob"], False),
+                                                (["alice", "root"], True)])
+def test_allow_run_as_root_only_when_a_host_logs_in_as_root(users, as_root):
+    infos = [dict(info(f"h{i}", f"/home/{u}"), user=u) for i, u in enumerate(users)]
+    for i in infos:  # same work dir everywhere, as with root on Linux
+        i.update(work_dir="/srv/mlx", python_env="/srv/mlx/venv")
+    argv = command([host("h0", tb="10.0.0.1"), host("h1", tb="10.0.0.2")], infos, "4.1.4",
+                   "/usr/lib/libmpi.so.40")
+    assert ("--allow-run-as-root" in argv) is as_root
+
+
+@pytest.mark.parametrize("tb", [None, "10.0.0.1"])
+def test_single_host_has_no_interface_flags(tb):
+    hosts = [host("localhost", slots=2, tb=tb)]
+    argv = command(hosts, [dict(info("localhost", "/root"), user="root")], "4.1.4",
+                   "/usr/lib/libmpi.so.40")
+    assert "btl_tcp_if_include" not in argv and "oob_tcp_if_include" not in argv
+    assert argv[argv.index("-np") + 1] == "2"
+    assert "--allow-run-as-root" in argv
+
+
+def test_cluster_without_thunderbolt_addresses_leaves_interfaces_to_open_mpi():
+    hosts = [host("a", address="198.18.0.1"), host("b", address="198.18.0.2")]
+    argv = command(hosts, [info("a", "/home/u"), info("b", "/home/u")], "4.1.4", "/l.so")
+    assert "btl_tcp_if_include" not in argv
+
+
+def test_ring_backend_runs_mlx_launch_with_hosts_json():
+    argv = launch.launch_ring_argv("/Users/a/mlx-cluster/venv/bin/mlx.launch", "/w/hosts.json")
+    assert argv == ["/Users/a/mlx-cluster/venv/bin/mlx.launch", "--hostfile", "/w/hosts.json",
+                    "--backend", "ring", "--"]
+
+
+def test_paths_that_differ_beyond_the_home_are_refused_naming_the_hosts():
+    infos = [info("a", "/home/alice"), info("b", "/home/bob", work_dir="/opt/mlx")]
+    layout = launch.launch_layout(infos)
+    assert layout["work_dir"] is None
+    assert "a: /home/alice/mlx-cluster" in layout["error"]
+    assert "b: /opt/mlx" in layout["error"]
+    errors = launch.launch_consistency_errors(infos, "abc")
+    assert any("cluster_work_dir" in e for e in errors)
+
+
+def test_rank_program_really_runs_in_each_hosts_home(tmp_path):
+    """Run the wrapper with /bin/sh as mpirun would, for two different homes."""
+    layout = launch.launch_layout([info("a", "/home/alice"), info("b", "/home/bob")])
+    program = launch.launch_rank_program(layout, "runs/r x/logs")
+    for rank, user in enumerate(("alice", "bob")):
+        home = tmp_path / user
+        python = home / "mlx-cluster" / "venv" / "bin" / "python"
+        python.parent.mkdir(parents=True)
+        python.write_text('#!/bin/sh\necho "cwd=$PWD args=$*"; printf "%s\\n" "$@"\n')
+        python.chmod(0o755)
+        env = {"HOME": str(home), "OMPI_COMM_WORLD_RANK": str(rank), "PATH": "/usr/bin:/bin"}
+        args = ["--data", "data/with space", "--out", "runs/r x"]
+        subprocess.run(program + args, env=env, check=True)
+        log = home / "mlx-cluster" / "runs" / "r x" / "logs" / f"rank.{rank}.log"
+        lines = log.read_text().splitlines()
+        assert lines[0].startswith(f"cwd={home}/mlx-cluster ")
+        assert lines[1:] == ["-m", "train", *args]
+
+
+def test_command_sh_is_the_same_argv_for_the_shell():
+    argv = command(MACS, MAC_INFOS, "5.0.8", "/opt/homebrew/lib/libmpi.40.dylib")
+    text = launch.launch_shell_command(argv)
+    assert shlex.split(text.replace("\\\n", "")) == argv
+    out = subprocess.run(["/bin/sh", "-c", f"printf '%s\\n' {text}"], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.splitlines() == argv
+
+
+def test_train_args_only_carry_what_the_user_gave():
+    assert launch.launch_train_args({"model": None, "steps": ""}, "runs/x") == ["--out", "runs/x"]
+    args = launch.launch_train_args(
+        {"model": "/ctl/tiny", "data": "/ctl/d", "batch_size": 8, "lr": "0.01", "resume": "true"},
+        "runs/x", data="data/d", model="models/tiny")
+    assert args == ["--model", "models/tiny", "--data", "data/d", "--batch-size", "8",
+                    "--lr", "0.01", "--out", "runs/x", "--resume"]
+
+
+def test_ranks_fill_hosts_in_hostfile_order():
+    hosts = [host("a", 2), host("b", 0), host("c", 1)]
+    assert launch.launch_rank_hosts(hosts, 3) == ["a", "a", "c"]
+    assert launch.launch_rank_hosts(hosts, 1) == ["a"]
+
+
+# ---------------------------------------------------------------- request and preflight
+
+CLUSTER = [host("a", 2, tb="10.0.0.1"), host("b", 1, tb="10.0.0.2"), host("c", 0)]
+
+
+def test_good_request_has_no_errors():
+    request = {"model": "mlp", "steps": "20", "batch_size": "60", "np": "3", "lr": "1e-3",
+               "seed": "0", "resume": "false", "run_name": "run-1", "backend": "mpi",
+               "mpi_extra_args": "--mca btl ^openib", "time_limit": "600"}
+    assert launch.launch_request_errors(request, CLUSTER) == []
+
+
+@pytest.mark.parametrize(
+    ("request_", "start"),
+    [({"steps": "ten"}, "steps: 'ten' is not a positive integer"),
+     ({"steps": 0}, "steps: 0 is not a positive integer"),
+     ({"lr": "fast"}, "lr: 'fast' is not a positive number"),
+     ({"resume": "maybe"}, "resume: 'maybe' is not true or false"),
+     ({"run_name": "../x"}, "run_name: '../x' is not a plain directory name"),
+     ({"backend": "nccl"}, "backend: 'nccl' is not one of mpi, ring"),
+     ({"np": "4"}, "np: 4 ranks but the cluster has only 3 slots (a: 2, b: 1)"),
+     ({"np": "-1"}, "np: '-1' is not a positive integer"),
+     ({"np": "2", "batch_size": "9"}, "batch_size: 9 does not split over 2 ranks"),
+     ({"backend": "ring", "np": "2"}, "np: the ring backend starts one rank per slot"),
+     ({"backend": "ring", "mpi_extra_args": "-v"}, "mpi_extra_args: only the mpi backend"),
+     ({"time_limit": "1h"}, "time_limit: '1h' is not a positive integer")],
+)
+def test_bad_request_names_the_variable(request_, start):
+    errors = launch.launch_request_errors(request_, CLUSTER)
+    assert len(errors) == 1 and errors[0].startswith(start), errors
+    assert "—" in errors[0]  # every message carries its fix
+
+
+def test_np_defaults_to_every_slot():
+    assert launch.launch_np(None, CLUSTER) == 3
+    assert launch.launch_np("2", CLUSTER) == 2
+
+
+def test_hostfile_must_match_the_inventory():
+    good = "# generated\n10.0.0.1 slots=2\n10.0.0.2  slots=1\n"
+    assert launch.launch_hostfile_errors(good, CLUSTER, "/w/hostfile") == []
+    errors = launch.launch_hostfile_errors("10.0.0.1 slots=2\n", CLUSTER, "/w/hostfile")
+    assert errors and "expected: 10.0.0.1 slots=2; 10.0.0.2 slots=1" in errors[0]
+    assert "re-run setup.yml" in errors[0]
+
+
+def test_hosts_must_share_open_mpi_and_the_train_package():
+    infos = [info("a", "/home/u"), info("b", "/home/u", version="5.0.8", prefix="/opt/ompi")]
+    infos[1]["train_hash"] = "def"
+    errors = launch.launch_consistency_errors(infos, "abc")
+    assert any(e.startswith("Open MPI version differs") and "b: 5.0.8" in e for e in errors)
+    assert any(e.startswith("Open MPI prefix differs") for e in errors)
+    assert any(e.startswith("train/ package on b differs") for e in errors)
+    assert launch.launch_consistency_errors(infos[:1], "abc") == []
+    # The ring backend does not run Open MPI.
+    assert len(launch.launch_consistency_errors(infos, "abc", backend="ring")) == 1
+
+
+def test_default_run_name_is_the_model_and_a_timestamp():
+    assert launch.launch_run_name("mlp", "20250101-000000") == "mlp-20250101-000000"
+    assert launch.launch_run_name("/ctl/models/Tiny Llama/", "t") == "Tiny-Llama-t"
+    assert launch.launch_run_name(None, "t") == "train-t"
+
+
+# ---------------------------------------------------------------- verdict
+
+# Captured from Open MPI 4.1.4 (Debian) and 5.0.x (PyPI), and mlx.launch 0.29+.
+OMPI4_SIGNAL = """--------------------------------------------------------------------------
+mpirun noticed that process rank 2 with PID 0 on node h3 exited on signal 9 (Killed).
+--------------------------------------------------------------------------"""
+OMPI4_EXIT = """mpirun detected that one or more processes exited with non-zero status, thus causing
+the job to be terminated. The first process to do so was:
+
+  Process name: [[8778,1],2]
+  Exit code:    3
+"""
+OMPI5_SIGNAL = """prterun noticed that process rank 1 with PID 20447 on node vm exited on
+signal 9 (Killed)."""
+OMPI5_EXIT = """prterun detected that one or more processes exited with non-zero status,
+thus causing the job to be terminated. The first process to do so was:
+
+   Process name: [prterun-vm-20508@1,2]
+   Exit code:    3
+"""
+RING = ("\x1b[33m[WARN] Node with rank 1 exited with code 255 \x1b[0m\n"
+        "\x1b[33m[WARN] Node with rank 0 was killed \x1b[0m\n")
+
+
+@pytest.mark.parametrize(
+    ("log", "rank", "reason"),
+    [(OMPI4_SIGNAL, 2, "killed by signal 9 (Killed)"),
+     (OMPI4_EXIT, 2, "exited with code 3"),
+     (OMPI5_SIGNAL, 1, "killed by signal 9 (Killed)"),
+     (OMPI5_EXIT, 2, "exited with code 3"),
+     (RING, 1, "exited with code 255"),
+     ("[train] step 10/10 loss 0.1\n", None, None)],
+)
+def test_failed_rank_is_read_from_the_launcher_output(log, rank, reason):
+    assert launch.launch_failed_rank(log) == (rank, reason)
+
+
+def test_failure_report_names_host_rank_and_last_lines():
+    job = {"rc": 137, "timed_out": False, "time_limit": 60, "summary": False}
+    logs = {"0": "[train] step 10\n", "2": "line 1\nTraceback\nRuntimeError: boom\n"}
+    report = launch.launch_failure_report(job, OMPI4_SIGNAL, logs, ["a", "a", "b"])
+    assert report.startswith("Training failed: rank 2 on b killed by signal 9 (Killed).")
+    assert "Last lines of rank 2 (b):\n    line 1\n    Traceback\n    RuntimeError: boom" in report
+
+
+def test_ring_failure_counts_although_mlx_launch_exits_0():
+    job = {"rc": 0, "timed_out": False, "time_limit": 60, "summary": False}
+    report = launch.launch_failure_report(job, RING, {}, ["a", "b"])
+    assert report.startswith("Training failed: rank 1 on b exited with code 255.")
+
+
+def test_time_limit_and_missing_summary_are_failures_too():
+    timed_out = {"rc": 143, "timed_out": True, "time_limit": 60, "summary": False}
+    assert "time limit of 60 s" in launch.launch_failure_report(timed_out, "", {}, ["a"])
+    silent = {"rc": 0, "timed_out": False, "time_limit": 60, "summary": False}
+    report = launch.launch_failure_report(silent, "", {"1": "train: error: boom"}, ["a", "b"])
+    assert "without a summary.json; rank 1 on b reported an error" in report
+    fine = {"rc": 0, "timed_out": False, "time_limit": 60, "summary": True}
+    assert launch.launch_failure_report(fine, "", {}, ["a"]) is None
+
+
+def test_summary_lines():
+    summary = {"train_loss": 0.2, "eval_loss": 0.15, "eval_accuracy": 0.956, "world_size": 4,
+               "steps": 60, "samples_per_s": 1234.5, "wall_time_s": 10.04}
+    lines = launch.launch_summary_lines(summary, "/p/runs/r")
+    assert lines == ["final loss 0.2000, eval loss 0.1500, eval accuracy 95.6%",
+                     "world size 4, steps 60, 1234 samples/s, 10.0 s wall time",
+                     "results: /p/runs/r"]
