@@ -257,8 +257,17 @@ def test_mlx_entries_repeat_hosts_per_slot_and_skip_zero_slots():
 
 
 def test_mlx_entries_without_an_ip_have_empty_ips():
-    hosts = inv.cluster_hosts({"a": {"ansible_host": "a.local"}}, ["a"])
-    assert inv.mlx_hostfile_entries(hosts) == [{"ssh": "a.local", "ips": []}]
+    hosts = inv.cluster_hosts({"a": {"ansible_host": "a.local"}, "b": {}}, ["a", "b"])
+    assert inv.mlx_hostfile_entries(hosts) == [
+        {"ssh": "a.local", "ips": []},
+        {"ssh": "b", "ips": []},
+    ]
+
+
+def test_mlx_entries_of_a_single_host_use_loopback():
+    hostvars = {"localhost": {"mpi_slots": 2}, "off": {"mpi_slots": 0}}
+    hosts = inv.cluster_hosts(hostvars, ["off", "localhost"])
+    assert inv.mlx_hostfile_entries(hosts) == [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2
 
 
 def _ranked(*specs):

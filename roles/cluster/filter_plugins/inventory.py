@@ -80,10 +80,15 @@ def mlx_hostfile_entries(hosts):
 
     mlx.launch has no slots field; like its own --repeat-hosts it repeats a host once per rank
     (the mpi backend counts the repeats into slots, the ring backend gives each its own port).
+    With a single host every rank runs where mlx.launch runs, and mlx.launch starts ranks
+    without ssh only for 127.0.0.1.
     """
+    ranked = [h for h in hosts if h["slots"] > 0]
+    if len(ranked) == 1:
+        return [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * ranked[0]["slots"]
     return [
         {"ssh": h["mpi_address"], "ips": [h["ip"]] if h["ip"] else []}
-        for h in hosts
+        for h in ranked
         for _ in range(h["slots"])
     ]
 
