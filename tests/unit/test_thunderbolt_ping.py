@@ -51,8 +51,22 @@ def test_failures_name_each_pair_with_the_reason():
         },
         {"item": "mac4", "skipped": True},
     ]
+    failures = ping.thunderbolt_ping_failures(results, "mac1")
+    assert failures == ["mac1 -> mac3 (198.19.0.3): no reply"]
+
+
+def test_other_ping_errors_keep_the_message():
+    results = [
+        {
+            "item": "mac2",
+            "rc": 2,
+            "cmd": ["ping", "-c", "1", "-W", "2", "-I", "bridge0", "198.19.0.2"],
+            "stdout": "",
+            "stderr": "ping: SO_BINDTODEVICE bridge0: No such device",
+        }
+    ]
     assert ping.thunderbolt_ping_failures(results, "mac1") == [
-        "mac1 -> mac3 (198.19.0.3): 1 packets transmitted, 0 received, 100% packet loss, time 0ms"
+        "mac1 -> mac2 (198.19.0.2): ping: SO_BINDTODEVICE bridge0: No such device"
     ]
 
 

@@ -21,9 +21,13 @@ def thunderbolt_ping_failures(results, source):
     for result in results:
         if result.get("skipped") or result.get("rc") == 0:
             continue
-        output = (result.get("stdout", "") + "\n" + result.get("stderr", "")).strip()
-        lines = [line for line in output.splitlines() if line.strip()]
-        reason = lines[-1] if lines else result.get("msg", "no reply")
+        # iputils and macOS ping exit 1 when no reply came back, 2 on other errors.
+        if result.get("rc") == 1:
+            reason = "no reply"
+        else:
+            output = (result.get("stdout", "") + "\n" + result.get("stderr", "")).strip()
+            lines = [line for line in output.splitlines() if line.strip()]
+            reason = lines[-1] if lines else result.get("msg", "ping failed")
         address = result["cmd"][-1] if result.get("cmd") else "?"
         failures.append(f"{source} -> {result['item']} ({address}): {reason}")
     return failures
