@@ -171,3 +171,19 @@ def test_skipped_and_successful_probes_are_not_failures():
         "m3": {"skipped": True},
     }
     assert mesh.ssh_mesh_probe_failures(probes) == []
+
+
+def test_authorized_keys_entries_skip_peers_without_a_key_yet():
+    with_key = dict(PEERS[0], public_key=ED)
+    entries = mesh.ssh_mesh_authorized_keys([with_key, PEERS[1]], MARKER)
+    assert entries == [
+        {"name": "m1", "key": ED, "comment": f"{MARKER}@m1", "line": f"{ED} {MARKER}@m1"}
+    ]
+
+
+def test_missing_keeps_only_entries_whose_line_is_not_in_the_file():
+    entries = mesh.ssh_mesh_known_hosts(PEERS[:1], MARKER)
+    text = "# user's own\n" + entries[0]["key"] + "  \n" + entries[2]["key"] + "\n"
+    missing = mesh.ssh_mesh_missing(entries, text, "key")
+    assert missing == [e for i, e in enumerate(entries) if i not in (0, 2)]
+    assert mesh.ssh_mesh_missing(entries, "", "key") == entries

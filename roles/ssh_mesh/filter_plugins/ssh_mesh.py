@@ -51,6 +51,29 @@ def ssh_mesh_known_hosts(peers, marker):
     return entries
 
 
+def ssh_mesh_authorized_keys(peers, marker):
+    """authorized_keys entries of every peer whose key exists (in a dry run on a fresh
+    host it does not yet): [{"name", "key", "comment", "line"}], line as the module writes it."""
+    return [
+        {
+            "name": peer["name"],
+            "key": peer["public_key"],
+            "comment": f"{marker}@{peer['name']}",
+            "line": f"{peer['public_key']} {marker}@{peer['name']}",
+        }
+        for peer in peers
+        if peer.get("public_key")
+    ]
+
+
+def ssh_mesh_missing(entries, text, attribute):
+    """The entries whose line (entry[attribute]) is not yet a line of the file's text.
+    Looping the modules over these only keeps a re-run at a constant cost per host
+    instead of one module call per peer, name and key type."""
+    present = {line.strip() for line in (text or "").splitlines()}
+    return [entry for entry in entries if entry[attribute].strip() not in present]
+
+
 def _quote(value):
     value = str(value)
     return f'"{value}"' if _NEEDS_QUOTES.search(value) else value
@@ -119,6 +142,8 @@ class FilterModule:
             "ssh_mesh_names": ssh_mesh_names,
             "ssh_mesh_host_keys": ssh_mesh_host_keys,
             "ssh_mesh_known_hosts": ssh_mesh_known_hosts,
+            "ssh_mesh_authorized_keys": ssh_mesh_authorized_keys,
+            "ssh_mesh_missing": ssh_mesh_missing,
             "ssh_mesh_config_block": ssh_mesh_config_block,
             "ssh_mesh_probe_failures": ssh_mesh_probe_failures,
         }
