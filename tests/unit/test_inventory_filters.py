@@ -106,6 +106,20 @@ def test_thunderbolt_ip_not_an_address():
     ]
 
 
+def test_thunderbolt_ip_with_a_prefix():
+    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.0.2/24"})) == [
+        "mac2: thunderbolt_ip '10.0.0.2/24' is not a valid IPv4 address — write the address alone "
+        "and the prefix length in thunderbolt_prefix"
+    ]
+
+
+def test_inventory_names_differing_only_in_case():
+    assert errors({"Mac1": {}, "mac1": {}}) == [
+        "mac1: inventory name mac1 is also the inventory name of Mac1 — "
+        "give every host its own inventory name"
+    ]
+
+
 def test_thunderbolt_ip_ipv6_is_refused():
     assert "is not a valid IPv4 address" in errors(two_macs(mac2={"thunderbolt_ip": "fe80::1"}))[0]
 

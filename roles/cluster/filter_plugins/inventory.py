@@ -130,10 +130,12 @@ def _check_thunderbolt_ip(name, value, prefix):
     try:
         address = ipaddress.IPv4Address(str(value))
     except ValueError:
-        return None, [
-            f"{name}: thunderbolt_ip {value!r} is not a valid IPv4 address — use four numbers "
-            "0-255 separated by dots, e.g. 10.0.0.1"
-        ]
+        fix = (
+            "write the address alone and the prefix length in thunderbolt_prefix"
+            if "/" in str(value)
+            else "use four numbers 0-255 separated by dots, e.g. 10.0.0.1"
+        )
+        return None, [f"{name}: thunderbolt_ip {value!r} is not a valid IPv4 address — {fix}"]
     if address.is_loopback or address.is_multicast or address.is_unspecified or address.is_reserved:
         return None, [
             f"{name}: thunderbolt_ip {address} is a loopback, multicast or reserved address — "
@@ -198,7 +200,8 @@ def cluster_inventory_errors(hostvars, hosts, prefix):
     for name in hosts:
         hv = hostvars[name]
         identities.append((name, "inventory name", name))
-        identities.append((name, "ansible_host", hv.get("ansible_host") or name))
+        if hv.get("ansible_host"):  # unset, it is the inventory name, checked just above
+            identities.append((name, "ansible_host", hv["ansible_host"]))
         errors += _check_ansible_host(name, hv)
         errors += _check_slots(name, hv)
         if hv.get("thunderbolt_ip"):
