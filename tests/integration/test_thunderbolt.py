@@ -42,6 +42,11 @@ def ipv4_on_bridge0(vc, host) -> set[str]:
     }
 
 
+def is_up(vc, host) -> bool:
+    links = json.loads(vc.run(host, ["ip", "-j", "link", "show", "dev", "bridge0"]).stdout)
+    return "UP" in links[0]["flags"]
+
+
 def ping_results(run) -> list[dict]:
     return [
         e["res"]
@@ -62,11 +67,13 @@ def test_thunderbolt_role_on_three_hosts(vcluster, tmp_path):
     # An address the user already had on bridge0: setup and reset must leave it alone.
     users_own = f"{vc.thunderbolt_subnet[250]}/32"
     vc.run(first, ["ip", "addr", "add", users_own, "dev", "bridge0"])
+    vc.run(second, ["ip", "link", "set", "bridge0", "down"])  # as a freshly created bridge
 
     check = run_playbook(str(setup), vc.inventory, tmp_path / "check", cmdline="--check --diff")
     assert check.status == "successful", check.stdout[-4000:]
     assert check.changed() == []
     assert all(ours[h.name] not in ipv4_on_bridge0(vc, h.name) for h in vc.hosts)
+    assert not is_up(vc, second)
 
     tx_before = {h.name: vc.iface_bytes(h.name, "bridge0")[1] for h in vc.hosts}
     run = run_playbook(str(setup), vc.inventory, tmp_path / "first")
@@ -76,6 +83,8 @@ def test_thunderbolt_role_on_three_hosts(vcluster, tmp_path):
         # The pings really left through bridge0 (the controller is not on that segment).
         assert vc.iface_bytes(host.name, "bridge0")[1] > tx_before[host.name]
     assert users_own in ipv4_on_bridge0(vc, first)
+    assert is_up(vc, second)
+    assert {host for host, _ in run.changed()} == set(ours)
     pings = ping_results(run)
     assert len(pings) == 6, pings  # every ordered pair of 3 hosts
     assert all(p["rc"] == 0 for p in pings), pings
