@@ -105,8 +105,9 @@ def tiny_llm(tmp_path_factory):
     from transformers import PreTrainedTokenizerFast
 
     model_dir, data_dir = tmp_path_factory.mktemp("llm"), tmp_path_factory.mktemp("jsonl")
-    words = "the cat dog is red blue green sat on a mat ran to park".split()
-    vocab = {w: i for i, w in enumerate(["<unk>", "<eos>", *words])}
+    words = ["<unk>", "<eos>", "the", "cat", "dog", "is", "red", "blue", "green", "sat", "on", "a",
+             "mat", "ran", "to", "park"]
+    vocab = {w: i for i, w in enumerate(words)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>",
@@ -118,7 +119,8 @@ def tiny_llm(tmp_path_factory):
     (model_dir / "config.json").write_text(json.dumps(config))
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs.from_dict(config))
-    mx.save_safetensors(str(model_dir / "model.safetensors"), dict(tree_flatten(model.parameters())))
+    weights = dict(tree_flatten(model.parameters()))
+    mx.save_safetensors(str(model_dir / "model.safetensors"), weights)
 
     rng = random.Random(0)
     for name, count in (("train", 64), ("valid", 16)):
