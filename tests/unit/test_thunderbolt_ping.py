@@ -55,6 +55,23 @@ def test_failures_name_each_pair_with_the_reason():
     assert failures == ["mac1 -> mac3 (198.19.0.3): no reply"]
 
 
+def test_macos_no_reply():
+    # macOS ping exits 2 when nothing came back before -t ran out.
+    results = [
+        {
+            "item": "mac2",
+            "rc": 2,
+            "cmd": ["ping", "-c", "1", "-t", "2", "-b", "bridge0", "198.19.0.2"],
+            "stdout": "PING 198.19.0.2 (198.19.0.2): 56 data bytes\n\n"
+            "--- 198.19.0.2 ping statistics ---\n"
+            "1 packets transmitted, 0 packets received, 100.0% packet loss\n",
+            "stderr": "",
+        }
+    ]
+    failures = ping.thunderbolt_ping_failures(results, "mac1")
+    assert failures == ["mac1 -> mac2 (198.19.0.2): no reply"]
+
+
 def test_other_ping_errors_keep_the_message():
     results = [
         {

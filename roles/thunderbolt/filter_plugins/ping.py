@@ -1,5 +1,11 @@
 """Ping matrix over the Thunderbolt interface: one ping per ordered pair of hosts."""
 
+import re
+
+# Statistics line of a ping that got no answer: iputils "1 packets transmitted, 0 received",
+# macOS "1 packets transmitted, 0 packets received" (their exit codes differ: 1 and 2).
+_NO_REPLY = re.compile(r"\b0 (packets )?received")
+
 
 def thunderbolt_ping_argv(system, interface, address, timeout=2):
     """argv that sends one ping to `address` out of `interface` and gives up after `timeout` s.
@@ -21,12 +27,11 @@ def thunderbolt_ping_failures(results, source):
     for result in results:
         if result.get("skipped") or result.get("rc") == 0:
             continue
-        # iputils and macOS ping exit 1 when no reply came back, 2 on other errors.
-        if result.get("rc") == 1:
+        output = (result.get("stdout", "") + "\n" + result.get("stderr", "")).strip()
+        lines = [line for line in output.splitlines() if line.strip()]
+        if _NO_REPLY.search(output):
             reason = "no reply"
         else:
-            output = (result.get("stdout", "") + "\n" + result.get("stderr", "")).strip()
-            lines = [line for line in output.splitlines() if line.strip()]
             reason = lines[-1] if lines else result.get("msg", "ping failed")
         address = result["cmd"][-1] if result.get("cmd") else "?"
         failures.append(f"{source} -> {result['item']} ({address}): {reason}")
