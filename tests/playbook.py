@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,12 @@ def run_playbook(
         inventory=str(inventory),
         extravars=extravars or {},
         cmdline=cmdline,
-        envvars={"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        envvars={
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            # ansible-runner finds ansible-playbook on PATH: use the one beside this Python.
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        },
         quiet=not os.environ.get("PLAYBOOK_VERBOSE"),
         timeout=3000,
     )
