@@ -61,7 +61,7 @@ class ActionModule(ActionBase):
             display.display(f"[{label}] {to_text(pending, errors='surrogate_or_replace')}")
         result.update(
             changed=False,
-            rc=int(status) if status.lstrip("-").isdigit() else -1,
+            exit_status=int(status) if status.lstrip("-").isdigit() else -1,
             timed_out=stopped is not None,
             lines=lines,
             elapsed=round(time.monotonic() - start, 1),

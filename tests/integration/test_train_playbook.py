@@ -1,0 +1,222 @@
+"""train.yml on a virtual Thunderbolt cluster: 3 hosts, one with 2 slots (world size 4).
+
+One cluster (set up once with setup.yml) serves every test of this module: setting it up takes
+minutes on a shared 2-core machine. Models and step counts are tiny; the assertions are on real
+outcomes: files on the controller, summary.json, interface byte counters, processes per host.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cluster_unavailable
+from tests.playbook import run_playbook
+from tests.vcluster import VirtualCluster
+from tests.wheelhouse import ensure_wheelhouse
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+SLOTS = [1, 2, 1]
+# mlp on digits: 64*128+128 + 128*128+128 + 128*10+10 float32 parameters.
+MLP_GRADIENT_BYTES = 26122 * 4
+JOB_PROCESS = re.compile(r"-m\0train\0|orted|prted|prterun|mpirun|mlx\.launch")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A 3-host cluster after a green setup.yml; torn down after the module, also on failure."""
+    reason = cluster_unavailable()
+    if reason:
+        pytest.skip(reason)
+    wheels = ensure_wheelhouse()
+    workdir = tmp_path_factory.mktemp("train-cluster")
+    with VirtualCluster(
+        hosts=3,
+        slots=SLOTS,
+        extra_vars={"python_env_pip_extra_args": f"--no-index --find-links={wheels}"},
+        workdir=workdir / "vc",
+    ) as vc:
+        setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
+        assert setup.status == "successful", setup.stdout[-6000:]
+        yield vc
+
+
+def train(vc, tmp_path, name, **extravars):
+    results = tmp_path / "runs"
+    extravars = {"launch_results_dir": str(results), "run_name": name, **extravars}
+    run = run_playbook("train.yml", vc.inventory, tmp_path / f"runner-{name}", extravars)
+    return run, results / name
+
+
+def failure_message(run):
+    return "\n".join(str(f["res"].get("msg", "")) for f in run.failures())
+
+
+def job_processes(vc):
+    """{host: [cmdline]} of every training-job process left in each host's network namespace."""
+    left = {}
+    for host in vc.hosts:
+        pids = vc_pids(host.netns)
+        cmdlines = []
+        for pid in pids:
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except FileNotFoundError:
+                continue
+            if JOB_PROCESS.search(cmdline):
+                cmdlines.append(cmdline.replace("\0", " "))
+        left[host.name] = cmdlines
+    return left
+
+
+def vc_pids(netns):
+    out = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def bytes_on(vc, ifname):
+    return {h.name: vc.iface_bytes(h, ifname) for h in vc.hosts}
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def rank_pid(vc, host, run_name):
+    """pid of the training process of run_name in the host's namespace, or None."""
+    for pid in vc_pids(vc.host(host).netns):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            continue
+        if b"-m\0train\0" in cmdline and f"runs/{run_name}".encode() in cmdline:
+            return pid
+    return None
+
+
+def kill_rank_mid_run(vc, tmp_path, name, host, **extravars):
+    """Start a long run, kill -9 the rank on `host` once rank 0 reports steps; return the run."""
+    outcome = {}
+
+    def play():
+        outcome["run"], _ = train(vc, tmp_path, name, steps=100000, time_limit=900, **extravars)
+
+    thread = threading.Thread(target=play)
+    thread.start()
+    launch_host = vc.hosts[0]
+    log = f"mlx-cluster/runs/{name}/logs/rank.0.log"
+
+    def training():
+        text = vc.run(launch_host, f"cat {log} 2>/dev/null || true", user=launch_host.user).stdout
+        return "[train] step" in text
+
+    try:
+        wait_for(training, 600, f"rank 0 of {name} to report steps")
+        pid = wait_for(lambda: rank_pid(vc, host, name), 30, f"the rank on {host}")
+        killed_at = time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+    finally:
+        thread.join(timeout=900)
+    assert not thread.is_alive(), "train.yml did not end after a rank was killed"
+    return outcome["run"], time.monotonic() - killed_at
+
+
+def test_trains_on_every_slot_over_bridge0_then_resumes(cluster, tmp_path):
+    vc = cluster
+    bridge_before, en0_before = bytes_on(vc, "bridge0"), bytes_on(vc, "en0")
+    steps = 150
+
+    run, out = train(vc, tmp_path, "full", model="mlp", steps=steps)
+    assert run.status == "successful", run.stdout[-6000:]
+
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 4
+    assert summary["steps"] == steps
+    assert summary["eval_accuracy"] > 0.5
+    for name in ("metrics.jsonl", "loss.png", "command.sh", "launch.log"):
+        assert (out / name).stat().st_size > 0, name
+    [checkpoint] = (out / "checkpoints").iterdir()
+    assert (checkpoint / "model.safetensors").stat().st_size > MLP_GRADIENT_BYTES
+    logs = sorted(p.name for p in (out / "logs").iterdir())
+    assert logs == [f"rank.{r}.log" for r in range(4)]
+    assert "--bind-to none" in (out / "command.sh").read_text()
+
+    # Each host exchanges at least its whole gradient every step, both ways, over bridge0 only.
+    gradient_bytes = MLP_GRADIENT_BYTES * steps
+    bridge_after, en0_after = bytes_on(vc, "bridge0"), bytes_on(vc, "en0")
+    for host in vc.hosts:
+        rx = bridge_after[host.name][0] - bridge_before[host.name][0]
+        tx = bridge_after[host.name][1] - bridge_before[host.name][1]
+        en0 = sum(en0_after[host.name]) - sum(en0_before[host.name])
+        assert rx >= gradient_bytes and tx >= gradient_bytes, (host.name, rx, tx, gradient_bytes)
+        assert en0 < gradient_bytes, (host.name, en0, gradient_bytes)
+
+    # Rank 0's progress reached the output while the job ran, not only when it ended.
+    def created(event):
+        return datetime.fromisoformat(event["created"]).timestamp()
+
+    progress = [e for e in run.events if "[train] step" in e.get("stdout", "")]
+    [followed] = [e for e in run.events if e.get("event") == "runner_on_ok"
+                  and e["event_data"].get("task", "").startswith("Follow rank 0 until")]
+    assert progress, "no progress line in the play output"
+    assert created(followed) - created(progress[0]) > 2, "progress appeared only at the end"
+
+    resumed, out = train(vc, tmp_path, "full", model="mlp", steps=steps + 30, resume=True)
+    assert resumed.status == "successful", resumed.stdout[-6000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from_step"] == steps and summary["steps"] == steps + 30
+    assert "resuming from" in (out / "logs" / "rank.0.log").read_text()
+
+
+def test_killed_rank_fails_the_play_naming_its_host(cluster, tmp_path):
+    vc = cluster
+    victim = vc.hosts[2].name  # rank 3
+    run, seconds = kill_rank_mid_run(vc, tmp_path, "killed", victim)
+    assert run.status == "failed"
+    message = failure_message(run)
+    assert f"rank 3 on {victim} killed by signal 9" in message, message
+    assert seconds < 300, f"the play took {seconds:.0f}s to notice"
+    assert job_processes(vc) == {h.name: [] for h in vc.hosts}
+
+
+def test_preflight_names_a_host_the_launch_host_cannot_reach(cluster, tmp_path):
+    vc = cluster
+    victim = vc.hosts[1]
+    vc.run(victim, "ip link set bridge0 down")
+    try:
+        run, _ = train(vc, tmp_path, "unreachable", steps=5)
+    finally:
+        vc.run(victim, "ip link set bridge0 up")
+    assert run.status == "failed"
+    message = failure_message(run)
+    assert f"{victim.name} / {victim.thunderbolt_ip}" in message, message
+    started = [e for e in run.task_results() if e.get("task") == "Start the job"]
+    assert started == [], "the job started despite the failed preflight"
+
+
+def test_ring_backend_completes_and_reports_a_killed_rank(cluster, tmp_path):
+    vc = cluster
+    run, out = train(vc, tmp_path, "ring", model="mlp", steps=30, backend="ring")
+    assert run.status == "successful", run.stdout[-6000:]
+    assert json.loads((out / "summary.json").read_text())["world_size"] == 4
+
+    victim = vc.hosts[1].name  # ranks 1 and 2
+    run, _ = kill_rank_mid_run(vc, tmp_path, "ring-killed", victim, backend="ring")
+    assert run.status == "failed"
+    message = failure_message(run)
+    assert re.search(rf"rank [12] on {victim} ", message), message
+    assert job_processes(vc) == {h.name: [] for h in vc.hosts}
