@@ -58,9 +58,18 @@ def test_command_row_timeout_names_the_bound():
 
 
 def test_command_row_skips_open_mpi_banner_lines():
-    stderr = "-----\nmpirun was unable to launch the specified application\n-----\n"
+    stderr = "-----\nmpirun was unable to launch the specified application\n-----\nx\n"
     row = doctor.doctor_command_row({"rc": 1, "stderr": stderr}, "mlx_mpi", "cluster")
     assert row["detail"] == "rc=1: mpirun was unable to launch the specified application"
+
+
+def test_command_row_shows_the_start_of_open_mpis_framed_message():
+    stderr = ("----------\nOpen RTE was unable to open the hostfile:\n    /h/hostfile\n"
+              "Check to make sure the path and filename are correct.\n----------\n"
+              "[a:1] ORTE_ERROR_LOG: Not found\nThis is something that should be reported to the "
+              "developers.\n")
+    row = doctor.doctor_command_row({"rc": 1, "stderr": stderr}, "mpirun_all", "cluster")
+    assert row["detail"] == "rc=1: Open RTE was unable to open the hostfile: /h/hostfile"
 
 
 def test_command_row_checks_expected_output():

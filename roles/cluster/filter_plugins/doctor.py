@@ -28,6 +28,7 @@ CHECKS = {
     "mlx_import": "mlx imports",
     "mlx_mpi": "MLX MPI group",
     "link": "link latency/bandwidth",
+    "doctor": "check.yml itself",
 }
 
 # (check, reason) or check -> the concrete fix. {target} and {detail} are filled in per row.
@@ -88,6 +89,8 @@ FIXES = {
     ("link", "slow"): "This pair is much slower than the best pair: replace or reseat the cable "
     "between them (Thunderbolt 4/5 cable, direct port, no hub), and check no link is shaped.",
     "link": "The ping-pong across the pair did not finish: fix the ping/ssh rows for the pair.",
+    "doctor": "A check could not run on {target} (see the task named above); fix what the "
+    "message says, or report it as a bug in check.yml.",
     ("any", "timeout"): "The check hung past its time bound; see the fix for its other failures.",
 }
 
@@ -128,6 +131,19 @@ def _last_line(text, limit=160):
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
+def _summary(text):
+    """The gist of an error output: the start of Open MPI's first framed message, which says
+    what went wrong (its trailing lines are generic), else the last line that says something."""
+    lines = [line.strip() for line in str(text or "").splitlines()]
+    frames = [i for i, line in enumerate(lines) if line and set(line) == {"-"}]
+    if len(frames) >= 2:
+        block = [line for line in lines[frames[0] + 1:frames[1]] if line]
+        if block:
+            gist = " ".join(block[:2])
+            return gist if len(gist) <= 200 else gist[:197] + "..."
+    return _last_line(text)
+
+
 def doctor_command_row(result, check, target, bound=None, expect=None):
     """Row for a bounded command: failed on timeout, non-zero rc, or stdout lacking `expect`."""
     result = result or {}
@@ -135,7 +151,7 @@ def doctor_command_row(result, check, target, bound=None, expect=None):
         return doctor_row(check, target, False, f"hung, stopped after {bound}s", "timeout")
     stdout = str(result.get("stdout", ""))
     if result.get("rc", 1 if result.get("failed") else 0) != 0 or result.get("failed"):
-        why = _last_line(result.get("stderr")) or _last_line(stdout) or result.get("msg", "")
+        why = _summary(result.get("stderr")) or _last_line(stdout) or result.get("msg", "")
         if not why or why == "Error executing command.":
             why = f"cannot run {(result.get('cmd') or ['?'])[0]}"
         return doctor_row(check, target, False, f"rc={result.get('rc')}: {why}", "error")

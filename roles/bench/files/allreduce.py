@@ -1,0 +1,82 @@
+"""All-reduce (sum of float32) time per message size, with MLX's mpi or ring backend or mpi4py.
+
+Start it like training: under mpirun (mpi, mpi4py), or once per host with MLX_RANK and
+MLX_HOSTFILE set (ring). Rank 0 prints one JSON line:
+{"backend", "ranks", "sizes": [bytes], "seconds": [median seconds per all-reduce]}.
+Every rank runs the same number of rounds (rank 0 decides from a timed round), so no rank
+waits in a collective the others skipped.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+
+class Mpi4py:
+    def __init__(self):
+        import numpy as np
+        from mpi4py import MPI
+
+        self.np, self.MPI, self.comm = np, MPI, MPI.COMM_WORLD
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+
+    def operation(self, nbytes):
+        buf = self.np.ones(nbytes // 4, dtype=self.np.float32)
+        return lambda: self.comm.Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+
+    def from_rank0(self, value):
+        return self.comm.bcast(value, root=0)
+
+
+class Mlx:
+    def __init__(self, backend):
+        import mlx.core as mx
+
+        self.mx = mx
+        self.group = mx.distributed.init(strict=True, backend=backend)
+        self.rank, self.size = self.group.rank(), self.group.size()
+
+    def operation(self, nbytes):
+        mx = self.mx
+        x = mx.ones((nbytes // 4,), dtype=mx.float32)
+        mx.eval(x)
+        return lambda: mx.eval(mx.distributed.all_sum(x, group=self.group))
+
+    def from_rank0(self, value):
+        mine = self.mx.array(value if self.rank == 0 else 0, dtype=self.mx.int32)
+        return self.mx.distributed.all_sum(mine, group=self.group).item()
+
+
+def measure(comm, nbytes, seconds, max_rounds):
+    run = comm.operation(nbytes)
+    run()  # warm-up: connections, buffers
+    t0 = time.perf_counter()
+    run()
+    rounds = int(min(max_rounds, max(3, seconds / max(time.perf_counter() - t0, 1e-6))))
+    rounds = comm.from_rank0(rounds)
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", choices=["mpi", "ring", "mpi4py"], required=True)
+    parser.add_argument("--sizes", type=int, nargs="+", required=True, help="message bytes")
+    parser.add_argument("--seconds", type=float, default=0.5, help="time budget per size")
+    parser.add_argument("--max-rounds", type=int, default=50)
+    args = parser.parse_args()
+
+    comm = Mpi4py() if args.backend == "mpi4py" else Mlx(args.backend)
+    seconds = [measure(comm, n, args.seconds, args.max_rounds) for n in args.sizes]
+    if comm.rank == 0:
+        print(json.dumps({"backend": args.backend, "ranks": comm.size, "sizes": args.sizes,
+                          "seconds": seconds}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

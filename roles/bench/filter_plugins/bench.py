@@ -1,0 +1,244 @@
+"""Jinja filters for bench.yml: networks to compare, message sizes, results table, recommendation.
+
+A result is {"network", "interface", "backend", "links", "ranks", "sizes", "seconds"} (or with
+"error" instead of sizes/seconds); an iperf3 link is {"network", "a", "b", "gbps"} (or "error").
+Pure functions, unit-tested in tests/unit/test_bench_filters.py.
+"""
+
+import ipaddress
+import json
+
+MLX_BACKENDS = ("mpi", "ring")  # what train.yml can launch; mpi4py is the reference
+
+
+def _is_ip(value):
+    try:
+        ipaddress.IPv4Address(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _iface_with(facts, address):
+    """(name, network) of the interface in Ansible facts that carries IPv4 `address`."""
+    for name in facts.get("interfaces", []):
+        iface = facts.get(name.replace("-", "_")) or {}
+        ipv4 = iface.get("ipv4") or []
+        for entry in (ipv4 if isinstance(ipv4, list) else [ipv4]) + list(
+            iface.get("ipv4_secondaries") or []
+        ):
+            if isinstance(entry, dict) and entry.get("address") == address:
+                mask = entry.get("netmask") or entry.get("prefix") or "32"
+                return name, ipaddress.IPv4Network(f"{address}/{mask}", strict=False)
+    return None, None
+
+
+def bench_networks(hosts, facts_by_host, thunderbolt_interface):
+    """The networks to compare: Thunderbolt (when every host has thunderbolt_ip), management.
+
+    hosts: cluster_hosts entries of the ranked hosts; facts_by_host: name -> ansible_facts.
+    Each network: {"label", "interface" (Open MPI if_include: a name, or a CIDR when hosts name
+    it differently), "ips" (per host, in order)}.
+    """
+    networks = []
+    if hosts and all(h.get("thunderbolt_ip") for h in hosts):
+        networks.append({"label": "thunderbolt", "interface": thunderbolt_interface,
+                         "ips": [h["thunderbolt_ip"] for h in hosts]})
+    ips, names, subnets = [], set(), []
+    for h in hosts:
+        facts = facts_by_host.get(h["name"]) or {}
+        ip = h["ansible_host"] if _is_ip(h["ansible_host"]) else (
+            facts.get("default_ipv4") or {}).get("address")
+        if not ip:
+            raise ValueError(f"{h['name']}: no IPv4 address for ansible_host {h['ansible_host']}"
+                             " — gather facts or use an IP address as ansible_host")
+        name, subnet = _iface_with(facts, ip)
+        ips.append(ip)
+        names.add(name)
+        subnets.append(subnet)
+    if hosts:
+        same_name = len(names) == 1 and None not in names
+        interface = names.pop() if same_name else str(subnets[0] or f"{ips[0]}/32")
+        networks.append({"label": "management", "interface": interface, "ips": ips})
+    return networks
+
+
+def bench_sizes(min_bytes, max_bytes, factor=4):
+    """Message sizes from min_bytes, times factor, up to max_bytes (both included)."""
+    low, high, factor = int(min_bytes), int(max_bytes), int(factor)
+    if low < 4 or high < low or factor < 2:
+        raise ValueError(f"sizes {min_bytes}..{max_bytes} x{factor}: need 4 <= min <= max, x >= 2")
+    sizes = []
+    size = low
+    while size <= high:
+        sizes.append(size)
+        size *= factor
+    if sizes[-1] != high:
+        sizes.append(high)
+    return sizes
+
+
+def bench_mpirun_variants(backends, tcp_links):
+    """The runs mpirun starts: each of mpi4py and MLX mpi once, MLX mpi again per btl_tcp_links."""
+    runs = [{"backend": b, "links": 1} for b in ("mpi4py", "mpi") if b in backends]
+    if "mpi" in backends:
+        runs += [{"backend": "mpi", "links": int(n)} for n in tcp_links or [] if int(n) > 1]
+    return runs
+
+
+def bench_ring_hostfile(ips, port):
+    """MLX ring backend's MLX_HOSTFILE content: one ["ip:port"] per rank."""
+    return [[f"{ip}:{int(port)}"] for ip in ips]
+
+
+def _why(result):
+    """Short reason a run failed: its time bound, or the last meaningful line it printed."""
+    msg = str(result.get("msg", ""))
+    if "Timeout exceeded" in msg or "did not complete within" in msg:
+        return "hung, stopped at the time bound"
+    for stream in ("stderr", "stdout"):
+        lines = [ln.strip() for ln in str(result.get(stream, "")).splitlines()
+                 if any(c.isalnum() for c in ln)]
+        if lines:
+            return lines[-1][:200]
+    return msg or f"rc={result.get('rc')}"
+
+
+def bench_parse_run(result, network, backend, links=1, peers=None):
+    """One result from a command result whose stdout has allreduce.py's JSON line.
+
+    peers: the same run's results on the other ranks (ring); a failure there explains a rank 0
+    that only saw its neighbour vanish.
+    """
+    entry = {"network": network["label"], "interface": network["interface"],
+             "backend": backend, "links": int(links)}
+    for line in str(result.get("stdout", "")).splitlines():
+        if line.startswith("{") and result.get("rc") == 0:
+            data = json.loads(line)
+            return {**entry, "ranks": data["ranks"], "sizes": data["sizes"],
+                    "seconds": data["seconds"]}
+    failed = [p for p in peers or [] if p and p.get("rc") not in (0, None)] or [result]
+    return {**entry, "error": _why(failed[0])}
+
+
+def bench_iperf3_gbps(iperf3_json):
+    """Received Gbit/s from `iperf3 -J` output (dict)."""
+    return iperf3_json["end"]["sum_received"]["bits_per_second"] / 1e9
+
+
+def bench_busbw_gbps(nbytes, seconds, ranks):
+    """All-reduce bus bandwidth in Gbit/s: what each link carries, 2(n-1)/n of the message."""
+    if not seconds or int(ranks) < 2:
+        return 0.0
+    return 2 * (int(ranks) - 1) / int(ranks) * int(nbytes) * 8 / float(seconds) / 1e9
+
+
+def _config(result):
+    backend = {"mpi": "MLX mpi", "ring": "MLX ring", "mpi4py": "mpi4py"}[result["backend"]]
+    links = f" links={result['links']}" if int(result.get("links", 1)) > 1 else ""
+    return f"{backend}{links} @ {result['network']} ({result['interface']})"
+
+
+def _size(nbytes):
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def bench_recommend(results, min_fraction=0.8):
+    """Pick backend, network, btl_tcp_links and gradient bucket size from the all-reduce results.
+
+    The winner is the MLX configuration with the shortest all-reduce at the largest size (where
+    training spends its communication time). btl_tcp_links > 1 is kept only when it beat one
+    link on that network by > 10% (median over sizes). The bucket is the smallest size whose bus
+    bandwidth reaches min_fraction of the winner's best: smaller buckets waste time on latency.
+    """
+    done = [r for r in results if not r.get("error") and r.get("seconds")]
+    mlx = [r for r in done if r["backend"] in MLX_BACKENDS]
+    if not mlx:
+        return {}
+    best = min(mlx, key=lambda r: r["seconds"][-1])
+    links = int(best.get("links", 1))
+    if best["backend"] == "mpi":
+        one = [r for r in mlx if r["backend"] == "mpi" and r["network"] == best["network"]
+               and int(r.get("links", 1)) == 1]
+        if links > 1 and one:
+            ratios = sorted(a / b for a, b in zip(best["seconds"], one[0]["seconds"], strict=True))
+            if ratios[len(ratios) // 2] > 0.9:
+                best, links = one[0], 1
+    busbw = [bench_busbw_gbps(n, s, best["ranks"]) for n, s in zip(best["sizes"], best["seconds"],
+                                                                   strict=True)]
+    bucket = next(n for n, bw in zip(best["sizes"], busbw, strict=True)
+                  if bw >= min_fraction * max(busbw))
+    return {
+        "backend": best["backend"],
+        "network": best["network"],
+        "interface": best["interface"],
+        "btl_tcp_links": links,
+        "bucket_bytes": bucket,
+        "peak_gbps": round(max(busbw), 3),
+        "why": (f"{_config(best)} had the shortest all-reduce at {_size(best['sizes'][-1])} "
+                f"({best['seconds'][-1] * 1e3:.2f} ms, {max(busbw):.2f} Gbit/s bus bandwidth "
+                f"at best); it reaches {min_fraction:.0%} of that from {_size(bucket)} messages"),
+    }
+
+
+def bench_launch_vars(recommendation):
+    """train.yml variables (roles/launch) that apply the recommendation."""
+    if not recommendation:
+        return {}
+    links = int(recommendation["btl_tcp_links"])
+    return {
+        "launch_backend": recommendation["backend"],
+        "launch_mpi_extra_args": ["--mca", "btl_tcp_links", str(links)] if links > 1 else [],
+    }
+
+
+def bench_markdown(results, links, recommendation):
+    """The saved report: iperf3 per link, all-reduce per size and configuration, the verdict."""
+    lines = ["## Raw TCP per link (iperf3)", "", "| network | link | Gbit/s |", "|---|---|---|"]
+    for link in links:
+        value = f"{link['gbps']:.2f}" if "gbps" in link else f"failed: {link.get('error')}"
+        lines.append(f"| {link['network']} | {link['a']} -> {link['b']} | {value} |")
+    done = [r for r in results if not r.get("error")]
+    sizes = sorted({n for r in done for n in r["sizes"]})
+    lines += ["", "## All-reduce (float32 sum), time in ms / bus bandwidth in Gbit/s", ""]
+    lines.append("| configuration | ranks | " + " | ".join(_size(n) for n in sizes) + " |")
+    lines.append("|---" * (len(sizes) + 2) + "|")
+    for r in done:
+        cells = dict(zip(r["sizes"], r["seconds"], strict=True))
+        row = [f"{cells[n] * 1e3:.3f} / {bench_busbw_gbps(n, cells[n], r['ranks']):.2f}"
+               if n in cells else "-" for n in sizes]
+        lines.append(f"| {_config(r)} | {r['ranks']} | " + " | ".join(row) + " |")
+    for r in results:
+        if r.get("error"):
+            lines.append(f"| {_config(r)} | - | failed: {r['error']} |")
+    lines += ["", "## Recommendation", ""]
+    if recommendation:
+        lines += [
+            f"- backend: **{recommendation['backend']}**, network: **{recommendation['network']}**"
+            f" (`{recommendation['interface']}`), btl_tcp_links: "
+            f"**{recommendation['btl_tcp_links']}**, gradient bucket: "
+            f"**{_size(recommendation['bucket_bytes'])}**",
+            f"- why: {recommendation['why']}",
+        ]
+    else:
+        lines.append("- none: no MLX all-reduce finished (see the failed rows)")
+    return "\n".join(lines) + "\n"
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "bench_busbw_gbps": bench_busbw_gbps,
+            "bench_iperf3_gbps": bench_iperf3_gbps,
+            "bench_launch_vars": bench_launch_vars,
+            "bench_markdown": bench_markdown,
+            "bench_mpirun_variants": bench_mpirun_variants,
+            "bench_networks": bench_networks,
+            "bench_parse_run": bench_parse_run,
+            "bench_recommend": bench_recommend,
+            "bench_ring_hostfile": bench_ring_hostfile,
+            "bench_sizes": bench_sizes,
+        }

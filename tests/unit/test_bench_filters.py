@@ -1,0 +1,142 @@
+"""roles/bench/filter_plugins/bench.py: networks, sizes, parsing, table and recommendation."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).parents[2] / "roles/bench/filter_plugins/bench.py"
+_SPEC = importlib.util.spec_from_file_location("bench_filters", _PATH)
+bench = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(bench)
+
+MiB = 1 << 20
+
+
+def host(name, ansible_host, thunderbolt_ip=None):
+    return {"name": name, "ansible_host": ansible_host, "thunderbolt_ip": thunderbolt_ip}
+
+
+def facts(iface, address, linux=True):
+    entry = {"address": address, "netmask": "255.255.255.0"}
+    return {"interfaces": ["lo", iface], iface: {"ipv4": entry if linux else [entry]}}
+
+
+def test_networks_thunderbolt_and_management_by_interface_name():
+    hosts = [host("a", "198.18.1.11", "198.19.1.11"), host("b", "198.18.1.12", "198.19.1.12")]
+    nets = bench.bench_networks(hosts, {"a": facts("en0", "198.18.1.11"),
+                                        "b": facts("en0", "198.18.1.12", linux=False)}, "bridge0")
+    assert nets == [
+        {"label": "thunderbolt", "interface": "bridge0", "ips": ["198.19.1.11", "198.19.1.12"]},
+        {"label": "management", "interface": "en0", "ips": ["198.18.1.11", "198.18.1.12"]},
+    ]
+
+
+def test_networks_use_the_subnet_when_hosts_name_the_interface_differently():
+    hosts = [host("a", "198.18.1.11"), host("b", "198.18.1.12")]
+    nets = bench.bench_networks(hosts, {"a": facts("en0", "198.18.1.11"),
+                                        "b": facts("en1", "198.18.1.12")}, "bridge0")
+    assert nets == [{"label": "management", "interface": "198.18.1.0/24",
+                     "ips": ["198.18.1.11", "198.18.1.12"]}]
+
+
+def test_networks_resolve_a_dns_ansible_host_from_facts():
+    f = {**facts("en0", "198.18.1.11"), "default_ipv4": {"address": "198.18.1.11"}}
+    nets = bench.bench_networks([host("a", "mac1.local")], {"a": f}, "bridge0")
+    assert nets[0]["ips"] == ["198.18.1.11"] and nets[0]["interface"] == "en0"
+    with pytest.raises(ValueError, match="mac1.local"):
+        bench.bench_networks([host("a", "mac1.local")], {"a": {}}, "bridge0")
+
+
+def test_sizes():
+    assert bench.bench_sizes(4096, 1 * MiB) == [4096, 16384, 65536, 262144, MiB]
+    assert bench.bench_sizes(4096, 100000, 4)[-1] == 100000
+    with pytest.raises(ValueError):
+        bench.bench_sizes(4096, 1024)
+
+
+def test_mpirun_variants_and_ring_hostfile():
+    assert bench.bench_mpirun_variants(["mpi", "ring", "mpi4py"], [4, 1]) == [
+        {"backend": "mpi4py", "links": 1}, {"backend": "mpi", "links": 1},
+        {"backend": "mpi", "links": 4}]
+    assert bench.bench_mpirun_variants(["ring"], [4]) == []
+    assert bench.bench_ring_hostfile(["198.19.1.11", "198.19.1.12"], 5670) == [
+        ["198.19.1.11:5670"], ["198.19.1.12:5670"]]
+
+
+NET = {"label": "thunderbolt", "interface": "bridge0"}
+
+
+def test_parse_run_reads_the_json_line():
+    line = json.dumps({"backend": "mpi", "ranks": 2, "sizes": [4096], "seconds": [1e-4]})
+    entry = bench.bench_parse_run({"rc": 0, "stdout": f"noise\n{line}\n"}, NET, "mpi", 4)
+    assert entry == {"network": "thunderbolt", "interface": "bridge0", "backend": "mpi",
+                     "links": 4, "ranks": 2, "sizes": [4096], "seconds": [1e-4]}
+
+
+def test_parse_run_failure_explains_with_the_failing_peer():
+    rank0 = {"rc": 1, "stderr": "[ring] connection reset"}
+    peer = {"rc": 1, "stderr": "Traceback\nModuleNotFoundError: No module named 'mlx'"}
+    entry = bench.bench_parse_run(rank0, NET, "ring", 1, [rank0 | {"rc": None}, peer])
+    assert entry["error"] == "ModuleNotFoundError: No module named 'mlx'"
+    hung = bench.bench_parse_run({"failed": True, "msg": "Timeout exceeded"}, NET, "mpi")
+    assert "time bound" in hung["error"]
+
+
+def test_busbw():
+    assert bench.bench_busbw_gbps(MiB, 1e-3, 2) == pytest.approx(MiB * 8 / 1e-3 / 1e9)
+    assert bench.bench_busbw_gbps(MiB, 1e-3, 1) == 0.0
+
+
+def run(network, backend, seconds, links=1):
+    return {"network": network, "interface": "bridge0" if network == "thunderbolt" else "en0",
+            "backend": backend, "links": links, "ranks": 2,
+            "sizes": [4096, 65536, MiB, 16 * MiB], "seconds": seconds}
+
+
+RESULTS = [
+    run("thunderbolt", "mpi", [1e-4, 3e-4, 2e-3, 30e-3]),
+    run("thunderbolt", "mpi", [1e-4, 2e-4, 1e-3, 20e-3], links=4),
+    run("thunderbolt", "ring", [1e-4, 3e-4, 2e-3, 25e-3]),
+    run("thunderbolt", "mpi4py", [1e-5, 1e-4, 1e-3, 10e-3]),  # reference only, never picked
+    run("management", "mpi", [1e-4, 2e-3, 20e-3, 300e-3]),
+    {"network": "management", "interface": "en0", "backend": "ring", "links": 1,
+     "error": "hung, stopped at the time bound"},
+]
+
+
+def test_recommend_picks_the_fastest_mlx_configuration_at_the_largest_size():
+    rec = bench.bench_recommend(RESULTS)
+    assert (rec["backend"], rec["network"], rec["interface"], rec["btl_tcp_links"]) == (
+        "mpi", "thunderbolt", "bridge0", 4)
+    # busbw of links=4: 4 KiB 0.33, 64 KiB 2.6, 1 MiB 8.4, 16 MiB 6.7 Gbit/s -> 80% of 8.4 first
+    # reached at 1 MiB.
+    assert rec["bucket_bytes"] == MiB
+    assert bench.bench_launch_vars(rec) == {
+        "launch_backend": "mpi", "launch_mpi_extra_args": ["--mca", "btl_tcp_links", "4"]}
+
+
+def test_recommend_drops_extra_tcp_links_that_do_not_help():
+    slower = [r for r in RESULTS if r.get("links", 1) == 1 and r["backend"] != "ring"]
+    slower.append(run("thunderbolt", "mpi", [1e-4, 3e-4, 2e-3, 29e-3], links=4))
+    rec = bench.bench_recommend(slower)
+    assert rec["btl_tcp_links"] == 1
+    assert bench.bench_launch_vars(rec)["launch_mpi_extra_args"] == []
+
+
+def test_recommend_without_results_is_empty():
+    assert bench.bench_recommend([RESULTS[-1]]) == {}
+    assert bench.bench_launch_vars({}) == {}
+
+
+def test_markdown_has_links_sizes_failures_and_verdict():
+    links = [{"network": "thunderbolt", "a": "a", "b": "b", "gbps": 9.31},
+             {"network": "management", "a": "a", "b": "b", "error": "iperf3 not installed on b"}]
+    md = bench.bench_markdown(RESULTS, links, bench.bench_recommend(RESULTS))
+    assert "| thunderbolt | a -> b | 9.31 |" in md
+    assert "failed: iperf3 not installed on b" in md
+    assert "| configuration | ranks | 4 KiB | 64 KiB | 1 MiB | 16 MiB |" in md
+    assert "| MLX mpi links=4 @ thunderbolt (bridge0) | 2 | 0.100 / 0.33 |" in md
+    assert "MLX ring @ management (en0) | - | failed: hung" in md
+    assert "backend: **mpi**, network: **thunderbolt**" in md
