@@ -1,0 +1,51 @@
+"""bench.yml on a 2-host virtual cluster whose Thunderbolt link is shaped to 10 Gbit/s and the
+management link to 1 Gbit/s: the saved results show Thunderbolt faster, for iperf3 and for
+every all-reduce backend, and recommend it."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.playbook import run_playbook
+from tests.wheelhouse import ensure_wheelhouse
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+MiB = 1 << 20
+# A short sweep: the machine has two cores. 4 MiB is ~34 ms on a 1 Gbit/s link.
+BENCH_VARS = {"bench_min_bytes": 65536, "bench_max_bytes": 4 * MiB, "bench_size_factor": 8,
+              "bench_seconds_per_size": 0.2, "bench_iperf3_seconds": 1, "bench_timeout": 300}
+
+
+def test_bench_shows_thunderbolt_faster_than_management(vcluster, tmp_path):
+    vc = vcluster(hosts=2, shape="bridge0=10gbit,en0=1gbit")
+    wheels = ensure_wheelhouse()
+    setup = run_playbook("setup.yml", vc.inventory, tmp_path / "setup",
+                         extravars={"python_env_pip_extra_args":
+                                    f"--no-index --find-links={wheels}"})
+    assert setup.status == "successful", setup.stdout[-6000:]
+
+    run = run_playbook("bench.yml", vc.inventory, tmp_path / "bench", extravars=BENCH_VARS)
+    assert run.status == "successful", run.stdout[-6000:]
+    [run_dir] = [e["event_data"]["res"]["ansible_facts"]["bench_run_dir"] for e in run.events
+                 if e.get("event") == "runner_on_ok"
+                 and e["event_data"].get("task") == "Collect the results of the launch host"]
+    results = json.loads(Path(run_dir, "results.json").read_text())
+
+    iperf = {link["network"]: link["gbps"] for link in results["iperf3"]}
+    assert iperf["thunderbolt"] > 3 * iperf["management"], iperf
+    assert 0.5 < iperf["management"] < 1.1, iperf  # the 1 Gbit/s shaping holds
+
+    runs = {(r["backend"], r["links"], r["network"]): r for r in results["allreduce"]}
+    assert [r for r in runs.values() if r.get("error")] == []
+    for backend, links in (("mpi", 1), ("mpi", 4), ("ring", 1), ("mpi4py", 1)):
+        tb, mgmt = runs[(backend, links, "thunderbolt")], runs[(backend, links, "management")]
+        assert tb["sizes"][-1] == mgmt["sizes"][-1] == 4 * MiB
+        assert tb["seconds"][-1] < mgmt["seconds"][-1], (backend, links, tb, mgmt)
+
+    assert results["recommendation"]["network"] == "thunderbolt"
+    table = Path(run_dir, "results.md").read_text()
+    assert "| thunderbolt |" in table and "network: **thunderbolt**" in table
+    assert Path(run_dir, "allreduce.png").read_bytes()[:4] == b"\x89PNG"
+    assert "launch_backend:" in Path(run_dir, "recommended.yml").read_text()

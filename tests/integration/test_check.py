@@ -1,0 +1,195 @@
+"""check.yml on a 3-host virtual cluster: all green when healthy, and each injected fault is
+reported by the right check naming the right host or pair.
+
+One cluster serves the whole module (setup takes minutes). Faults that concern different hosts
+and checks are injected together, and every fault is undone before the next run.
+"""
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cluster_unavailable
+from tests.playbook import run_playbook
+from tests.vcluster import VirtualCluster, sh, tbf_args
+from tests.wheelhouse import ensure_wheelhouse
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+# Bounds small enough that a hang shows up as a failed row well before the test times out.
+CHECK_VARS = {"doctor_timeout": 60, "doctor_mpi_timeout": 120}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = cluster_unavailable()
+    if reason:
+        pytest.skip(reason)
+    wheels = ensure_wheelhouse()
+    vc = VirtualCluster(hosts=3, workdir=tmp_path_factory.mktemp("check") / "vc")
+    try:
+        vc.up()
+        setup = run_playbook(
+            "setup.yml", vc.inventory, tmp_path_factory.mktemp("setup"),
+            extravars={"python_env_pip_extra_args": f"--no-index --find-links={wheels}"},
+        )
+        assert setup.status == "successful", setup.stdout[-6000:]
+        yield vc
+    finally:
+        vc.down()
+
+
+def run_check(vc, tmp_path, name):
+    run = run_playbook("check.yml", vc.inventory, tmp_path / name, extravars=CHECK_VARS)
+    [collected] = [
+        e["event_data"]["res"]["ansible_facts"]
+        for e in run.events
+        if e.get("event") == "runner_on_ok"
+        and e["event_data"].get("task") == "Collect the rows of every host"
+    ]
+    rows = collected["doctor_all_rows"]
+    return run, rows, Path(collected["doctor_run_dir"])
+
+
+def failed(rows):
+    return {(r["check"], r["target"]): r for r in rows if r["status"] == "failed"}
+
+
+def names(vc):
+    return [h.name for h in vc.hosts]
+
+
+def test_healthy_cluster_passes_every_check(cluster, tmp_path):
+    run, rows, report_dir = run_check(cluster, tmp_path, "healthy")
+    assert run.status == "successful", run.stdout[-6000:]
+    assert failed(rows) == {}
+    a, b, c = names(cluster)
+    checks = {(r["check"], r["target"]) for r in rows if r["status"] == "ok"}
+    for pair in ((a, b), (a, c), (b, a), (b, c), (c, a), (c, b)):
+        assert ("ssh", f"{pair[0]} -> {pair[1]}") in checks
+        assert ("ping", f"{pair[0]} -> {pair[1]}") in checks
+    for host in (a, b, c):
+        for check in ("openmpi", "openmpi_same", "mpirun_local", "tb_iface", "python_env",
+                      "train_pkg", "mlx_import"):
+            assert (check, host) in checks, check
+    for check in ("inventory", "mpirun_all", "mlx_mpi"):
+        assert (check, "cluster") in checks, check
+    assert {("link", f"{x} <-> {y}") for x, y in ((a, b), (a, c), (b, c))} <= checks
+    # Three bridged hosts: a warning, which does not fail the play.
+    assert [r["check"] for r in rows if r["status"] == "warn"] == ["tb_loop"]
+    # check.yml changed nothing.
+    assert run.changed() == []
+    # The table and the link heatmap are saved on the controller.
+    report = (report_dir / "report.md").read_text()
+    assert f"| ssh over MPI address | {a} -> {b} | ok |" in report
+    links = json.loads((report_dir / "links.json").read_text())
+    assert len(links["pairs"]) == 3 and all(p["gbps"] > 0 for p in links["pairs"])
+    assert (report_dir / "links.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bridge_down_train_edited_and_open_mpi_missing(cluster, tmp_path):
+    a, b, c = names(cluster)
+    host_b = cluster.host(b)
+    loop_py = f"{host_b.home}/mlx-cluster/src/train/loop.py"
+    original = cluster.run(b, ["cat", loop_py]).stdout
+    empty = Path(host_b.workdir) / "not-mpirun"
+    empty.write_text("")  # not executable: running mpirun fails as if it were gone
+    with contextlib.ExitStack() as undo:
+        cluster.run(c, "ip link set bridge0 down")
+        undo.callback(cluster.run, c, "ip link set bridge0 up")
+        cluster.run(b, f"echo '# edited by hand' >> {shlex.quote(loop_py)}", user=host_b.user)
+        undo.callback(cluster.run, b, f"cat > {shlex.quote(loop_py)}", user=host_b.user,
+                      input=original)
+        cluster.run(b, ["mount", "--bind", str(empty), "/usr/bin/mpirun"])
+        undo.callback(cluster.run, b, ["umount", "/usr/bin/orterun"])
+
+        run, rows, _ = run_check(cluster, tmp_path, "faults")
+
+    assert run.status == "failed"
+    bad = failed(rows)
+    assert bad[("tb_iface", c)]["reason"] == "down"
+    assert ("ping", f"{a} -> {c}") in bad and ("ping", f"{b} -> {c}") in bad
+    assert ("ping", f"{a} -> {b}") not in bad
+    assert bad[("train_pkg", b)]["detail"] == "loop.py modified"
+    assert ("train_pkg", a) not in bad and ("train_pkg", c) not in bad
+    assert bad[("openmpi", b)]["reason"] == "missing"
+    assert ("openmpi", a) not in bad and ("openmpi", c) not in bad
+    assert "fix: Bring the interface up on " + c in run.stdout
+
+
+def test_sshd_stopped_and_host_key_changed(cluster, tmp_path):
+    a, b, c = names(cluster)
+    keys = Path(cluster.host(b).workdir, "etc-ssh")
+    saved = {p.name: p.read_bytes() for p in keys.glob("ssh_host_*")}
+    with contextlib.ExitStack() as undo:
+        # b gets new host keys (a reinstalled machine); sshd reloads them on SIGHUP.
+        undo.callback(restore_host_keys, cluster, b, keys, saved)
+        for kind in ("ed25519", "ecdsa"):
+            (keys / f"ssh_host_{kind}_key").unlink()
+            (keys / f"ssh_host_{kind}_key.pub").unlink()
+            cluster.run(b, ["ssh-keygen", "-q", "-t", kind, "-N", "", "-f",
+                            f"/etc/ssh/ssh_host_{kind}_key"])
+        reload_sshd(cluster, b)
+        # c's sshd stops.
+        stop_sshd(cluster, c)
+        undo.callback(start_sshd, cluster, c)
+
+        run, rows, _ = run_check(cluster, tmp_path, "ssh")
+
+    assert run.status == "failed"
+    bad = failed(rows)
+    assert bad[("ssh", f"{a} -> {b}")]["reason"] == "host_key_changed"
+    assert "CHANGED" in bad[("ssh", f"{a} -> {b}")]["detail"]
+    assert bad[("ssh", f"{a} -> {c}")]["reason"] == "unreachable"
+    assert "ssh-keygen -R" in run.stdout
+
+
+def test_one_slow_link_is_named(cluster, tmp_path):
+    a, b, c = names(cluster)
+    host_c = cluster.host(c)
+    # Shape both directions of c's Thunderbolt cable: its own port and the switch's port to it.
+    ends = [(host_c.netns, "thunderbolt0"), (cluster.switch_netns, f"port{host_c.index}")]
+    with contextlib.ExitStack() as undo:
+        for netns, dev in ends:
+            tc = ["ip", "netns", "exec", netns, "tc", "qdisc"]
+            sh(tc + ["replace", "dev", dev, "root", *tbf_args("50mbit")])
+            undo.callback(sh, tc + ["del", "dev", dev, "root"])
+
+        run, rows, _ = run_check(cluster, tmp_path, "slow")
+
+    assert run.status == "failed"
+    bad = failed(rows)
+    assert {key for key in bad if key[0] == "link"} == {("link", f"{a} <-> {c}"),
+                                                        ("link", f"{b} <-> {c}")}
+    assert f"every slow pair includes {c}" in bad[("link", f"{a} <-> {c}")]["detail"]
+    assert ("ping", f"{a} -> {c}") not in bad  # slow, not broken
+
+
+# ----- helpers that break and repair one virtual host ------------------------------------------
+def sshd_pid(vc, host):
+    return int(Path(vc.host(host).workdir, "sshd.pid").read_text())
+
+
+def reload_sshd(vc, host):
+    os.kill(sshd_pid(vc, host), signal.SIGHUP)
+    vc._wait_for_sshd(vc.host(host))
+
+
+def stop_sshd(vc, host):
+    os.kill(sshd_pid(vc, host), signal.SIGTERM)
+
+
+def start_sshd(vc, host):
+    vc._start_sshd(vc.host(host))
+    vc._wait_for_sshd(vc.host(host))
+
+
+def restore_host_keys(vc, host, keys, saved):
+    for name, content in saved.items():
+        (keys / name).write_bytes(content)
+    reload_sshd(vc, host)
