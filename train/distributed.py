@@ -2,6 +2,9 @@
 
 import json
 import os
+import sys
+import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import mlx.core as mx
@@ -21,22 +24,44 @@ def launcher_sizes():
 
 
 def init():
-    """The world group. Under a launcher, a world that is not the announced size is an error:
-    the classic failure is every process silently training alone at world size 1."""
+    """The world group: strict under a launcher, so that failing to join it is an error."""
     sizes = launcher_sizes()
     if all(size == 1 for size in sizes.values()):  # no launcher, or a world of one process
         return mx.distributed.init()
     try:
-        group = mx.distributed.init(strict=True)
+        return mx.distributed.init(strict=True)
     except RuntimeError as e:
         raise SystemExit(f"train: error: launched as one of {max(sizes.values())} processes "
                          f"({_describe(sizes)}) but MLX could not join them: {e}") from None
-    wrong = {k: v for k, v in sizes.items() if v != group.size()}
+
+
+def check_size(group):
+    """A world that is not the size the launcher announced is an error: the classic failure is
+    every process silently training alone at world size 1."""
+    wrong = {k: v for k, v in launcher_sizes().items() if v != group.size()}
     if wrong:
         raise SystemExit(f"train: error: MLX world size is {group.size()} but the launcher "
                          f"said {_describe(wrong)}; check that mpirun and MLX use the same MPI "
                          "(MLX_MPI_LIBNAME)")
-    return group
+
+
+@contextmanager
+def stop_all_on_error(group):
+    """A rank that fails leaves at once. A normal exit would run MPI_Finalize, which waits for
+    the ranks still training, and the whole job would hang instead of being stopped by mpirun."""
+    try:
+        yield
+    except BaseException as error:
+        if group.size() == 1:
+            raise
+        code = error.code if isinstance(error, SystemExit) else 1
+        if isinstance(code, str):
+            print(code, file=sys.stderr)
+        elif not isinstance(error, SystemExit):
+            traceback.print_exception(error)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else 1)
 
 
 def _describe(sizes):

@@ -1,0 +1,57 @@
+"""Real `mpirun -np 2` on this machine: two ranks train the same model as one process, only
+rank 0 writes or prints, and a world that is not the launcher's size stops the run."""
+
+import os
+
+import numpy as np
+
+from .conftest import final_weights, metrics, mpirun_cmd, needs_mpirun, run, summary, train_cmd
+
+pytestmark = needs_mpirun
+SETTINGS = ("--steps", "60", "--batch-size", "32", "--log-every", "10", "--eval-every", "30")
+
+
+def test_two_ranks_train_what_one_process_trains(tmp_path):
+    one, rank0, rank1 = tmp_path / "one", tmp_path / "rank0", tmp_path / "rank1"
+    run(train_cmd(*SETTINGS, "--out", one))
+    # MPMD launch: rank 1 is told another --out, so any file it wrote would show up there.
+    result = run(mpirun_cmd(train_cmd(*SETTINGS, "--out", rank0),
+                            train_cmd(*SETTINGS, "--out", rank1)))
+
+    single, double = final_weights(one), final_weights(rank0)
+    assert single.keys() == double.keys()
+    for name in single:
+        np.testing.assert_allclose(double[name], single[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    assert not rank1.exists()
+
+    assert summary(rank0)["world_size"] == 2
+    assert all(r["world_size"] == 2 for r in metrics(rank0) if r["kind"] == "train")
+    # eval metrics are reduced over both ranks' halves of the test set
+    assert abs(summary(rank0)["eval_accuracy"] - summary(one)["eval_accuracy"]) < 1e-6
+    assert abs(summary(rank0)["eval_loss"] - summary(one)["eval_loss"]) < 1e-4
+
+    lines = result.stdout.splitlines()
+    assert all(line.startswith("[train] ") for line in lines), lines
+    assert [line.split()[2] for line in lines if line.startswith("[train] step ")] == [
+        f"{step}/60" for step in range(10, 61, 10)]
+
+
+def test_launcher_world_size_without_mlx_world_is_an_error(tmp_path):
+    env = {**os.environ, "OMPI_COMM_WORLD_SIZE": "2"}
+    result = run(train_cmd("--out", tmp_path / "run"), check=False, env=env)
+    assert result.returncode == 1
+    assert "launched as one of 2 processes (OMPI_COMM_WORLD_SIZE=2)" in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_world_size_mismatch_stops_every_rank(tmp_path):
+    app = train_cmd("--out", tmp_path / "run")
+    cmd = mpirun_cmd(app, app)
+    # Only rank 0 is told a wrong size, so only it fails; rank 1 must not be left waiting for
+    # it (a normal exit would block in MPI_Finalize and hang the job).
+    first = cmd.index("-np")
+    cmd[first:first] = ["-x", "MLX_WORLD_SIZE=3"]
+    result = run(cmd, check=False, timeout=180)
+    assert result.returncode != 0
+    assert "MLX world size is 2 but the launcher said MLX_WORLD_SIZE=3" in result.stderr
+    assert not (tmp_path / "run").exists()
