@@ -5,8 +5,16 @@ A result is {"network", "interface", "backend", "links", "ranks", "sizes", "seco
 Pure functions, unit-tested in tests/unit/test_bench_filters.py.
 """
 
+import importlib.util
 import ipaddress
 import json
+from pathlib import Path
+
+# The doctor's reading of Open MPI's error output (roles/cluster/filter_plugins/doctor.py).
+_SPEC = importlib.util.spec_from_file_location(
+    "doctor_filters", Path(__file__).resolve().parents[2] / "cluster/filter_plugins/doctor.py")
+_DOCTOR = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_DOCTOR)
 
 MLX_BACKENDS = ("mpi", "ring")  # what train.yml can launch; mpi4py is the reference
 
@@ -92,16 +100,19 @@ def bench_ring_hostfile(ips, port):
 
 
 def _why(result):
-    """Short reason a run failed: its time bound, or the last meaningful line it printed."""
-    msg = str(result.get("msg", ""))
-    if "Timeout exceeded" in msg or "did not complete within" in msg:
+    """Short reason a run failed: its time bound, or the gist of what it printed."""
+    if _DOCTOR.doctor_timed_out(result):
         return "hung, stopped at the time bound"
     for stream in ("stderr", "stdout"):
-        lines = [ln.strip() for ln in str(result.get(stream, "")).splitlines()
-                 if any(c.isalnum() for c in ln)]
-        if lines:
-            return lines[-1][:200]
-    return msg or f"rc={result.get('rc')}"
+        gist = _DOCTOR._summary(result.get(stream))
+        if gist:
+            return gist
+    return str(result.get("msg") or f"rc={result.get('rc')}")
+
+
+def bench_hostfile_hosts(ips):
+    """templates/hostfile.j2 entries for one rank per host at these addresses."""
+    return [{"mpi_address": ip, "slots": 1} for ip in ips]
 
 
 def bench_parse_run(result, network, backend, links=1, peers=None):
@@ -203,7 +214,7 @@ def bench_markdown(results, links, recommendation):
         lines.append(f"| {link['network']} | {link['a']} -> {link['b']} | {value} |")
     done = [r for r in results if not r.get("error")]
     sizes = sorted({n for r in done for n in r["sizes"]})
-    lines += ["", "## All-reduce (float32 sum), time in ms / bus bandwidth in Gbit/s", ""]
+    lines += ["", "## All-reduce (float32 sum): fastest round in ms / bus bandwidth in Gbit/s", ""]
     lines.append("| configuration | ranks | " + " | ".join(_size(n) for n in sizes) + " |")
     lines.append("|---" * (len(sizes) + 2) + "|")
     for r in done:
@@ -232,6 +243,7 @@ class FilterModule:
     def filters(self):
         return {
             "bench_busbw_gbps": bench_busbw_gbps,
+            "bench_hostfile_hosts": bench_hostfile_hosts,
             "bench_iperf3_gbps": bench_iperf3_gbps,
             "bench_launch_vars": bench_launch_vars,
             "bench_markdown": bench_markdown,
