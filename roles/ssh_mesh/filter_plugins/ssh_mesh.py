@@ -52,15 +52,10 @@ def ssh_mesh_known_hosts(peers, marker):
 
 
 def ssh_mesh_authorized_keys(peers, marker):
-    """authorized_keys entries of every peer whose key exists (in a dry run on a fresh
-    host it does not yet): [{"name", "key", "comment", "line"}], line as the module writes it."""
+    """authorized_keys lines of every peer whose key exists (in a dry run on a fresh host
+    it does not yet), each with a marker comment naming the peer: [{"name", "line"}]."""
     return [
-        {
-            "name": peer["name"],
-            "key": peer["public_key"],
-            "comment": f"{marker}@{peer['name']}",
-            "line": f"{peer['public_key']} {marker}@{peer['name']}",
-        }
+        {"name": peer["name"], "line": f"{peer['public_key']} {marker}@{peer['name']}"}
         for peer in peers
         if peer.get("public_key")
     ]
