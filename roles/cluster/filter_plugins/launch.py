@@ -21,7 +21,7 @@ TAIL_LINES = 15
 
 
 def _given(value):
-    return value is not None and value != ""
+    return value is not None and value != "" and value != []
 
 
 def _int(value, minimum):

@@ -85,9 +85,12 @@ class ActionModule(ActionBase):
         return to_text(status).strip() or RUNNING, data
 
     def _signal(self, pid_path, signal):
-        """Signal the launcher (mpirun / mlx.launch) and its direct children (ssh sessions)."""
+        """Signal the launcher; KILL also its direct children (mpirun's ssh sessions).
+
+        TERM goes to the launcher alone: mpirun then stops every rank on every host itself.
+        """
         pid = f"$(cat {shlex.quote(pid_path)})"
+        children = f"pkill -KILL -P {pid} 2>/dev/null; " if signal == "KILL" else ""
         self._low_level_execute_command(
-            f"pkill -{signal} -P {pid} 2>/dev/null; kill -{signal} {pid} 2>/dev/null; true",
-            sudoable=False,
+            f"{children}kill -{signal} {pid} 2>/dev/null; true", sudoable=False
         )
