@@ -154,7 +154,8 @@ def doctor_command_row(result, check, target, bound=None, expect=None):
         why = _summary(result.get("stderr")) or _last_line(stdout) or result.get("msg", "")
         if not why or why == "Error executing command.":
             why = f"cannot run {(result.get('cmd') or ['?'])[0]}"
-        return doctor_row(check, target, False, f"rc={result.get('rc')}: {why}", "error")
+        rc = f"rc={result['rc']}: " if result.get("rc") is not None else ""
+        return doctor_row(check, target, False, f"{rc}{why}", "error")
     if expect is not None and str(expect) not in stdout:
         return doctor_row(check, target, False, f"expected {expect!r}, got {_last_line(stdout)!r}",
                           "unexpected")
