@@ -45,29 +45,30 @@ def positive_float(text):
 def parser():
     p = Parser(prog="python -m train", description="Train or fine-tune an MLX model on this "
                "machine, or data-parallel on every rank under mpirun / mlx.launch.")
-    p.add_argument("--model", default="mlp", help="mlp, cnn, gpt, or an mlx-lm model (local "
-                   "directory or Hugging Face repo id) to fine-tune with LoRA (default: mlp)")
-    p.add_argument("--dataset", help="digits, mnist, fashion-mnist (mlp, cnn), text (gpt), jsonl "
-                   "(LoRA). Default: digits for mlp/cnn, text for gpt, jsonl for LoRA")
-    p.add_argument("--data", type=Path, help="text: the text file; jsonl: the directory with "
-                   "train.jsonl and valid.jsonl; mnist/fashion-mnist: a directory with the IDX "
-                   "files instead of downloading them")
-    p.add_argument("--steps", type=count(1), default=500, help="optimizer steps (default: 500)")
-    p.add_argument("--batch-size", type=count(1), help="global batch size, split evenly over "
-                   "the ranks (default: 64; 4 for LoRA)")
-    p.add_argument("--lr", type=positive_float, help="Adam learning rate (default: 1e-3; "
-                   "1e-5 for LoRA)")
-    p.add_argument("--seed", type=int, default=0, help="seed for initialisation and data order")
-    p.add_argument("--out", type=Path, default=Path("runs/train"), help="directory for "
-                   "metrics.jsonl, summary.json, loss.png and checkpoints/ (default: runs/train)")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint "
-                   "in --out (starts fresh if there is none)")
-    p.add_argument("--eval-every", type=count(0), default=100, help="evaluate every K steps "
-                   "and at the end; 0: only at the end (default: 100)")
-    p.add_argument("--checkpoint-every", type=count(0), default=100, help="checkpoint every K "
-                   "steps and at the end; 0: only at the end (default: 100)")
-    p.add_argument("--log-every", type=count(1), default=10, help="report the loss every K "
-                   "steps (default: 10)")
+    add = p.add_argument
+    add("--model", default="mlp", metavar="NAME", help="mlp, cnn, gpt, or an mlx-lm model "
+        "(local directory or Hugging Face repo id) to fine-tune with LoRA (default: mlp)")
+    add("--dataset", metavar="NAME", help="digits, mnist, fashion-mnist (mlp, cnn), text (gpt), "
+        "jsonl (LoRA). Default: digits for mlp/cnn, text for gpt, jsonl for LoRA")
+    add("--data", type=Path, metavar="PATH", help="text: the text file; jsonl: the directory "
+        "with train.jsonl and valid.jsonl; mnist/fashion-mnist: a directory with the IDX files "
+        "instead of downloading them")
+    add("--steps", type=count(1), default=500, metavar="N", help="optimizer steps (default: 500)")
+    add("--batch-size", type=count(1), metavar="B", help="global batch size, split evenly over "
+        "the ranks (default: 64; 4 for LoRA)")
+    add("--lr", type=positive_float, help="Adam learning rate (default: 1e-3; 1e-5 for LoRA)")
+    add("--seed", type=int, default=0, metavar="S", help="seed for initialisation and data order "
+        "(default: 0)")
+    add("--out", type=Path, default=Path("runs/train"), metavar="DIR", help="directory for "
+        "metrics.jsonl, summary.json, loss.png and checkpoints/ (default: runs/train)")
+    add("--resume", action="store_true", help="continue from the latest checkpoint in --out "
+        "(starts fresh if there is none)")
+    add("--eval-every", type=count(0), default=100, metavar="K", help="evaluate every K steps "
+        "and at the end; 0: only at the end (default: 100)")
+    add("--checkpoint-every", type=count(0), default=100, metavar="K", help="checkpoint every K "
+        "steps and at the end; 0: only at the end (default: 100)")
+    add("--log-every", type=count(1), default=10, metavar="K", help="report the loss every K "
+        "steps (default: 10)")
     return p
 
 

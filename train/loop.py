@@ -147,5 +147,7 @@ def run(args, group):
         }
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         report.plot(metrics.records(), args.out / "loss.png")
+        if args.lora:
+            lora.save_adapters(model, args.out / "adapters")
         report.say(f"done in {summary['wall_time_s']:.1f}s: eval loss {eval_loss:.4f} accuracy "
-                   f"{accuracy:.4f}; wrote {args.out}/summary.json, metrics.jsonl, loss.png")
+                   f"{accuracy:.4f}; wrote summary.json, metrics.jsonl, loss.png in {args.out}")

@@ -1,9 +1,12 @@
 """LoRA fine-tuning of an mlx-lm model on mlx-lm's jsonl data (train.jsonl, valid.jsonl)."""
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_flatten
 
 LORA = {"rank": 8, "scale": 20.0, "dropout": 0.0}  # mlx-lm's defaults, without dropout
 MAX_TOKENS = 2048  # longer examples are cut, as mlx-lm does by default
@@ -41,3 +44,12 @@ def load(model_name, data_dir):
     linear_to_lora_layers(model, len(model.layers), LORA)
     train, valid, _ = load_local_dataset(Path(data_dir), tokenizer, SimpleNamespace())
     return model, *(Examples([d.process(d[i]) for i in range(len(d))]) for d in (train, valid))
+
+
+def save_adapters(model, directory):
+    """The adapters in mlx-lm's layout, for `mlx_lm.generate --adapter-path directory`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(directory / "adapters.safetensors"),
+                        dict(tree_flatten(model.trainable_parameters())))
+    config = {"fine_tune_type": "lora", "num_layers": len(model.layers), "lora_parameters": LORA}
+    (directory / "adapter_config.json").write_text(json.dumps(config, indent=1))

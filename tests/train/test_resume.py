@@ -12,8 +12,16 @@ import pytest
 
 from train import checkpoint, models
 
-from .conftest import (ROOT, final_weights, metrics, mpirun_cmd, needs_mpirun, run, summary,
-                       train_cmd)
+from .conftest import (
+    ROOT,
+    final_weights,
+    metrics,
+    mpirun_cmd,
+    needs_mpirun,
+    run,
+    summary,
+    train_cmd,
+)
 
 SETTINGS = ("--batch-size", "32", "--checkpoint-every", "20", "--log-every", "20",
             "--eval-every", "0")

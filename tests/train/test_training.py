@@ -6,6 +6,7 @@ import math
 import matplotlib.image
 import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_flatten
 
 from .conftest import final_weights, metrics, run, summary, train_cmd
 
@@ -77,3 +78,11 @@ def test_lora_fine_tunes_only_adapters(tmp_path, tiny_llm):
     state = json.loads(next((out / "checkpoints").glob("step_*/state.json")).read_text())
     assert state["config"]["model"] == str(model_dir)
     assert mx.load(str(out / "checkpoints" / "step_00000030" / "optimizer.safetensors"))
+
+    # the run's adapters load with mlx-lm itself
+    from mlx_lm import load
+
+    tuned, _ = load(str(model_dir), adapter_path=str(out / "adapters"))
+    loaded = {k: v for k, v in tree_flatten(tuned.parameters()) if k.endswith(("lora_a", "lora_b"))}
+    assert loaded.keys() == adapters.keys()
+    assert all(np.array_equal(np.array(loaded[k]), adapters[k]) for k in adapters)
