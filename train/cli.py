@@ -5,6 +5,7 @@ import re
 import sys
 from pathlib import Path
 
+from . import mnist
 from .data import IMAGE_DATASETS
 
 BUILT_IN = {"mlp": IMAGE_DATASETS, "cnn": IMAGE_DATASETS, "gpt": ("text",)}
@@ -108,10 +109,18 @@ def check_data(args):
         fail("dataset 'digits' ships with scikit-learn and takes no --data")
     if not args.data.exists():
         fail(f"data path '{args.data}' does not exist")
+    if args.dataset == "text" and not args.data.is_file():
+        fail(f"data path '{args.data}' is not a text file")
     if args.dataset == "jsonl":
         missing = [f for f in ("train.jsonl", "valid.jsonl") if not (args.data / f).is_file()]
         if missing:
             fail(f"data directory '{args.data}' has no {' or '.join(missing)}")
+    if args.dataset in mnist.MD5:
+        try:
+            for name in mnist.MD5[args.dataset]:
+                mnist.find(args.data, name)
+        except FileNotFoundError as e:
+            fail(str(e))
 
 
 def check_world(args, world_size):

@@ -79,6 +79,10 @@ def run(args, group):
     optimizer = optim.Adam(learning_rate=args.lr)
     optimizer.init(model.trainable_parameters())
     start = restore(args, model, optimizer, group)
+    if start >= args.steps:
+        if rank == 0:
+            report.say(f"{args.out} is already at step {start} of {args.steps}; nothing to do")
+        return
     if rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
         metrics = report.Metrics(args.out, start)
@@ -142,8 +146,8 @@ def run(args, group):
             "steps": args.steps, "resumed_from_step": start, "train_loss": train_loss,
             "eval_loss": eval_loss, "eval_accuracy": accuracy,
             "wall_time_s": time.perf_counter() - started,
-            "samples_per_s": steps_run * args.batch_size / step_time if steps_run else None,
-            "comm_time_share": sync_time / step_time if steps_run else None,
+            "samples_per_s": steps_run * args.batch_size / step_time,
+            "comm_time_share": sync_time / step_time,
         }
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         report.plot(metrics.records(), args.out / "loss.png")

@@ -48,6 +48,9 @@ def test_missing_data_path(capsys, tmp_path):
     assert "needs --data" in error_of(capsys, "--model", "gpt")
     assert "train.jsonl or valid.jsonl" in error_of(capsys, "--model", "org/model", "--data",
                                                     tmp_path)
+    assert "is not a text file" in error_of(capsys, "--model", "gpt", "--data", tmp_path)
+    assert f"{tmp_path} has no train-images-idx3-ubyte.gz" in error_of(
+        capsys, "--dataset", "fashion-mnist", "--data", tmp_path)
 
 
 def test_bad_numbers(capsys):

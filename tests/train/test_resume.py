@@ -77,6 +77,8 @@ def test_resume_refuses_a_different_run(tmp_path):
     changed = [*SETTINGS, "--steps", "40", "--out", out, "--resume", "--seed", "1"]
     result = run(train_cmd(*changed), check=False)
     assert result.returncode == 2 and "was made with --seed 0, not 1" in result.stderr
+    done = run(train_cmd(*SETTINGS, "--steps", "20", "--out", out, "--resume")).stdout
+    assert "already at step 20 of 20; nothing to do" in done
 
 
 def test_checkpoint_round_trip_and_half_written_ones_are_ignored(tmp_path):
