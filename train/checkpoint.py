@@ -1,10 +1,11 @@
 """Checkpoints: DIR/checkpoints/step_NNNNNNNN/{model,optimizer}.safetensors + state.json.
 
-A checkpoint is written into a hidden temporary directory and renamed into place, so every
-step_* directory is complete: a crash mid-write leaves the previous latest one intact.
+A checkpoint is written into a hidden temporary directory, flushed to disk and renamed into
+place, so every step_* directory is complete: a crash mid-write leaves the previous latest one.
 """
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def latest(out):
 def save(out, step, model, optimizer, config):
     final = directory(out) / f"step_{step:08d}"
     tmp = directory(out) / f".tmp_step_{step:08d}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(tmp, ignore_errors=True)  # left by a crash
     tmp.mkdir(parents=True)
     # Only trainable parameters: all of a built-in model, the adapters of a LoRA model.
     mx.save_safetensors(str(tmp / "model.safetensors"),
@@ -35,11 +36,21 @@ def save(out, step, model, optimizer, config):
     mx.save_safetensors(str(tmp / "optimizer.safetensors"), dict(tree_flatten(optimizer.state)))
     # The data order is a function of (seed, step): the step is the whole data/RNG position.
     (tmp / "state.json").write_text(json.dumps({"step": step, "config": config}, indent=1))
-    shutil.rmtree(final, ignore_errors=True)
+    for path in (*tmp.iterdir(), tmp):
+        fsync(path)
     tmp.rename(final)
+    fsync(directory(out))  # the rename itself survives a power cut
     for old in sorted(directory(out).glob("step_*"))[:-KEEP]:
         shutil.rmtree(old)
     return final
+
+
+def fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load(path, model, optimizer):
