@@ -10,6 +10,7 @@ not needed here; we add pip, setuptools and wheel anyway so tools that upgrade t
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import subprocess
@@ -33,17 +34,33 @@ def _make_world_readable(root: Path) -> None:
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
+def _is_complete(marker: Path) -> bool:
+    return marker.is_file() and marker.read_text().strip() == _fingerprint()
+
+
 def ensure_wheelhouse(path: str | os.PathLike = DEFAULT_PATH) -> Path:
     """Download REQUIREMENTS and their dependencies into `path` once; return the path."""
     root = Path(path)
     marker = root / MARKER
-    if marker.is_file() and marker.read_text().strip() == _fingerprint():
+    if _is_complete(marker):
         return root
     # Create missing directories readable by the hosts' non-root users whatever the umask.
     for directory in (*reversed(root.parents), root):
         if not directory.exists():
             directory.mkdir()
             directory.chmod(0o755)
+    # Test sessions may start at once: one downloads, the others wait and find it complete.
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _is_complete(marker):
+            _download(root)
+            _make_world_readable(root)
+            marker.write_text(_fingerprint() + "\n")
+            marker.chmod(0o644)
+    return root
+
+
+def _download(root: Path) -> None:
     # Wheels only, for the hosts' interpreter on this machine's platform.
     wheels_for_hosts = f"--only-binary=:all: --implementation cp --python-version {PYTHON_VERSION}"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
@@ -53,10 +70,6 @@ def ensure_wheelhouse(path: str | os.PathLike = DEFAULT_PATH) -> Path:
         + list(REQUIREMENTS),
         check=True,
     )
-    _make_world_readable(root)
-    marker.write_text(_fingerprint() + "\n")
-    marker.chmod(0o644)
-    return root
 
 
 def main(argv: list[str]) -> int:
