@@ -97,8 +97,9 @@ def main():
         f"One run each on the shared 2-core CI machine (load average {os.getloadavg()[0]:.1f} "
         "at the end), MLX CPU, Open MPI, `--bind-to none`; global batch 256 (128 per rank), "
         f"{args.steps} steps on `digits`. Other people's jobs share the 2 cores, so a second "
-        "rank often finds no free core: repeated runs of (a) ranged from 0.5x to 2x here. On "
-        "Macs (a machine per rank, Accelerate BLAS) the same command measures real scaling.",
+        "rank often finds no free core: repeated runs of (a) gave anything from 0.5x to 2.8x "
+        "here. On Macs (a machine per rank, Accelerate BLAS) the same command measures real "
+        "scaling.",
         "",
         f"Command: `.venv/bin/python -m benchmarks.train_scaling --steps {args.steps}`",
         "",
