@@ -76,6 +76,10 @@ def plot(records, path):
         if points:
             ax.plot(*zip(*points, strict=True), style, label=f"{kind} loss")
     ax.set(xlabel="step", ylabel="loss", yscale="log", title="Training loss")
+    # plain numbers (2.5, not 2.5x10^0); minor ticks labelled only on short ranges
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(matplotlib.ticker.LogFormatter(labelOnlyBase=False,
+                                                                minor_thresholds=(1, 0.4)))
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
