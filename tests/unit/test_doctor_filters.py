@@ -232,3 +232,12 @@ def test_every_check_has_a_fix():
             continue
         row = doctor.doctor_row(check, "a -> b", False, "d", "some-reason")
         assert doctor._fix(row)
+
+
+def test_rank_program_runs_python_from_each_hosts_work_dir():
+    layout = {"work_dir": '"$HOME"/mlx-cluster', "python": "venv/bin/python", "error": None}
+    argv = doctor.doctor_rank_program(layout)
+    assert argv == ["/bin/sh", "-c", 'cd "$HOME"/mlx-cluster && exec venv/bin/python "$@"',
+                    "python"]
+    with pytest.raises(ValueError, match="differs"):
+        doctor.doctor_rank_program({"error": "cluster_work_dir differs"})

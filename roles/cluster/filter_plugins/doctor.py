@@ -375,6 +375,14 @@ def doctor_link_table(matrix, by_hostname):
     return "\n".join(lines)
 
 
+def doctor_rank_program(layout):
+    """argv prefix that runs the environment's Python on every rank, from launch.py's
+    launch_layout (homes may differ between hosts, so a shell expands $HOME on each)."""
+    if layout.get("error"):
+        raise ValueError(layout["error"])
+    return ["/bin/sh", "-c", f'cd {layout["work_dir"]} && exec {layout["python"]} "$@"', "python"]
+
+
 def _order(row):
     return list(CHECKS).index(row["check"])
 
@@ -425,6 +433,7 @@ class FilterModule:
             "doctor_iface_row": doctor_iface_row,
             "doctor_link_rows": doctor_link_rows,
             "doctor_link_table": doctor_link_table,
+            "doctor_rank_program": doctor_rank_program,
             "doctor_row": doctor_row,
             "doctor_ssh_row": doctor_ssh_row,
             "doctor_table": doctor_table,
