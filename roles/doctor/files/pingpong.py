@@ -46,7 +46,8 @@ def idle_barrier(comm):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--size", type=int, default=1 << 20, help="bandwidth message bytes")
-    parser.add_argument("--seconds", type=float, default=0.3, help="time per measurement")
+    parser.add_argument("--seconds", type=float, default=0.2, help="time per measurement")
+    parser.add_argument("--passes", type=int, default=3, help="measurements per pair")
     args = parser.parse_args()
 
     comm = MPI.COMM_WORLD
@@ -54,17 +55,20 @@ def main():
     hosts = comm.allgather(socket.gethostname().split(".")[0])
     small = np.zeros(8, dtype=np.uint8)
     large = np.zeros(args.size, dtype=np.uint8)
-    pairs = []
-    for a in range(size):
-        for b in range(a + 1, size):
-            idle_barrier(comm)
-            if rank in (a, b):
-                peer = b if rank == a else a
-                rtt = pingpong(comm, peer, rank == a, small, args.seconds / 3, 10)
-                big = pingpong(comm, peer, rank == a, large, args.seconds, 3)
-                if rank == a:
-                    pairs.append({"a": a, "b": b, "latency_us": rtt / 2 * 1e6,
-                                  "gbps": 2 * args.size * 8 / big / 1e9})
+    best = {}  # (a, b) -> [fastest small round trip, fastest large round trip]
+    # Several passes over all pairs: a pair measured while its hosts were busy gets more chances.
+    for _ in range(args.passes):
+        for a in range(size):
+            for b in range(a + 1, size):
+                idle_barrier(comm)
+                if rank in (a, b):
+                    peer = b if rank == a else a
+                    times = (pingpong(comm, peer, rank == a, small, args.seconds / 3, 10),
+                             pingpong(comm, peer, rank == a, large, args.seconds, 3))
+                    best[(a, b)] = [min(t) for t in zip(best.get((a, b), times), times,
+                                                        strict=True)]
+    pairs = [{"a": a, "b": b, "latency_us": rtt / 2 * 1e6, "gbps": 2 * args.size * 8 / big / 1e9}
+             for (a, b), (rtt, big) in best.items() if rank == a]
     idle_barrier(comm)
     pairs = [p for chunk in comm.gather(pairs, root=0) or [] for p in chunk]
     if rank == 0:
