@@ -147,8 +147,9 @@ def test_trains_on_every_slot_over_bridge0_then_resumes(cluster, tmp_path):
     assert summary["world_size"] == 4
     assert summary["steps"] == steps
     assert summary["eval_accuracy"] > 0.5
-    for name in ("metrics.jsonl", "loss.png", "command.sh", "launch.log"):
+    for name in ("metrics.jsonl", "loss.png", "command.sh"):
         assert (out / name).stat().st_size > 0, name
+    assert (out / "launch.log").exists()  # mpirun's own messages: none on success
     [checkpoint] = (out / "checkpoints").iterdir()
     assert (checkpoint / "model.safetensors").stat().st_size > MLP_GRADIENT_BYTES
     logs = sorted(p.name for p in (out / "logs").iterdir())
