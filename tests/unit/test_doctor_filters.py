@@ -58,9 +58,10 @@ def test_command_row_timeout_names_the_bound():
 
 
 def test_command_row_skips_open_mpi_banner_lines():
-    stderr = "-----\nmpirun was unable to launch the specified application\n-----\nx\n"
+    stderr = ("-----\nmpirun was unable to launch the specified application.\nThis usually is "
+              "caused by:\n-----\nx\n")
     row = doctor.doctor_command_row({"rc": 1, "stderr": stderr}, "mlx_mpi", "cluster")
-    assert row["detail"] == "rc=1: mpirun was unable to launch the specified application"
+    assert row["detail"] == "rc=1: mpirun was unable to launch the specified application."
 
 
 def test_command_row_shows_the_start_of_open_mpis_framed_message():
@@ -81,8 +82,11 @@ def test_command_row_checks_expected_output():
 
 def test_command_row_of_a_missing_program_says_which():
     result = {"rc": 2, "msg": "Error executing command.", "cmd": ["/x/venv/bin/python", "-c", ""]}
-    assert "cannot run /x/venv/bin/python" in doctor.doctor_command_row(result, "mlx_import", "a")[
-        "detail"]
+    assert "cannot run /x/venv/bin/python (No such file" in doctor.doctor_command_row(
+        result, "mlx_import", "a")["detail"]
+    result = {"rc": 13, "msg": "Error executing command.", "cmd": "/usr/bin/mpirun --version"}
+    assert doctor.doctor_command_row(result, "openmpi", "a")["detail"] == (
+        "rc=13: cannot run /usr/bin/mpirun (Permission denied)")
 
 
 def test_unknown_check_is_an_error():

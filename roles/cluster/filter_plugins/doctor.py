@@ -4,8 +4,10 @@ Every check yields rows {check, target, status, reason, detail}: status is ok, f
 skipped; reason picks the fix text. Pure functions, unit-tested in tests/unit/test_doctor_*.py.
 """
 
+import errno
 import hashlib
 import json
+import os
 import posixpath
 import re
 
@@ -139,7 +141,8 @@ def _summary(text):
     if len(frames) >= 2:
         block = [line for line in lines[frames[0] + 1:frames[1]] if line]
         if block:
-            gist = " ".join(block[:2])
+            # "Open RTE was unable to open the hostfile:" needs its next line, the path.
+            gist = " ".join(block[:2]) if block[0].endswith(":") else block[0]
             return gist if len(gist) <= 200 else gist[:197] + "..."
     return _last_line(text)
 
@@ -152,8 +155,12 @@ def doctor_command_row(result, check, target, bound=None, expect=None):
     stdout = str(result.get("stdout", ""))
     if result.get("rc", 1 if result.get("failed") else 0) != 0 or result.get("failed"):
         why = _summary(result.get("stderr")) or _last_line(stdout) or result.get("msg", "")
-        if not why or why == "Error executing command.":
-            why = f"cannot run {(result.get('cmd') or ['?'])[0]}"
+        if not why or why == "Error executing command.":  # the program could not be started
+            cmd = result.get("cmd") or "?"
+            program = cmd.split()[0] if isinstance(cmd, str) else cmd[0]
+            why = f"cannot run {program}"
+            if result.get("rc") in (errno.ENOENT, errno.EACCES):  # the module reports errno as rc
+                why += f" ({os.strerror(result['rc'])})"
         rc = f"rc={result['rc']}: " if result.get("rc") is not None else ""
         return doctor_row(check, target, False, f"{rc}{why}", "error")
     if expect is not None and str(expect) not in stdout:
