@@ -170,6 +170,32 @@ def test_one_slow_link_is_named(cluster, tmp_path):
     assert ("ping", f"{a} -> {c}") not in bad  # slow, not broken
 
 
+def test_hung_mpirun_becomes_a_failed_row_at_its_bound(cluster, tmp_path):
+    a, b, c = names(cluster)
+    host_c = cluster.host(c)
+    # c's Open MPI daemon never reports back: mpirun across the cluster waits forever.
+    stuck = Path(host_c.workdir) / "stuck-orted"
+    stuck.write_text("#!/bin/sh\nexec sleep 600\n")
+    stuck.chmod(0o755)
+    with contextlib.ExitStack() as undo:
+        cluster.run(c, ["mount", "--bind", str(stuck), "/usr/bin/orted"])
+        undo.callback(cluster.run, c, ["umount", "/usr/bin/orted"])
+
+        run = run_playbook("check.yml", cluster.inventory, tmp_path / "hang",
+                           extravars={**CHECK_VARS, "doctor_mpi_timeout": 30})
+        rows = [r for e in run.events if e.get("event") == "runner_on_ok"
+                and e["event_data"].get("task") == "Collect the rows of every host"
+                for r in e["event_data"]["res"]["ansible_facts"]["doctor_all_rows"]]
+
+    assert run.status == "failed"
+    bad = failed(rows)
+    for check in ("mpirun_all", "mlx_mpi"):
+        assert bad[(check, "cluster")]["reason"] == "timeout"
+        assert bad[(check, "cluster")]["detail"] == "hung, stopped after 30s"
+    assert ("mpirun_local", c) not in bad  # mpirun alone on c works: the hang is across hosts
+    assert "mpirun across the cluster hangs" in run.stdout
+
+
 # ----- helpers that break and repair one virtual host ------------------------------------------
 def sshd_pid(vc, host):
     return int(Path(vc.host(host).workdir, "sshd.pid").read_text())

@@ -90,6 +90,7 @@ FIXES = {
     "MLX loads libmpi via MLX_MPI_LIBNAME, which must be the real shared library.",
     ("link", "slow"): "This pair is much slower than the best pair: replace or reseat the cable "
     "between them (Thunderbolt 4/5 cable, direct port, no hub), and check no link is shaped.",
+    ("link", "timeout"): "The ping-pong hung: fix the mpirun across hostfile row first.",
     "link": "The ping-pong across the pair did not finish: fix the ping/ssh rows for the pair.",
     "doctor": "A check could not run on {target} (see the task named above); fix what the "
     "message says, or report it as a bug in check.yml.",
