@@ -221,3 +221,17 @@ def test_ring_backend_completes_and_reports_a_killed_rank(cluster, tmp_path):
     message = failure_message(run)
     assert re.search(rf"rank [12] on {victim} ", message), message
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
+
+
+def test_data_on_the_controller_is_copied_to_every_host(cluster, tmp_path):
+    vc = cluster
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
+    run, out = train(vc, tmp_path, "gpt", model="gpt", dataset="text", data=str(corpus),
+                     steps=10, batch_size=8)
+    assert run.status == "successful", run.stdout[-6000:]
+    assert "--data data/corpus.txt" in (out / "command.sh").read_text()
+    for host in vc.hosts:
+        copy = vc.run(host, "cat mlx-cluster/data/corpus.txt", user=host.user).stdout
+        assert copy == corpus.read_text(), host.name
+    assert json.loads((out / "summary.json").read_text())["world_size"] == 4
