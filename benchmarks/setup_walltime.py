@@ -13,7 +13,7 @@ from tempfile import TemporaryDirectory
 
 from tests.playbook import run_playbook
 from tests.vcluster import VirtualCluster
-from tests.wheelhouse import ensure_wheelhouse
+from tests.wheelhouse import offline_pip_args
 
 RESULTS = Path(__file__).parent / "results" / "setup_walltime.md"
 
@@ -31,8 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="2,4,8", help="host counts, comma separated")
     args = parser.parse_args()
-    wheels = ensure_wheelhouse()
-    pip_args = f"--no-index --find-links={wheels}"
+    pip_args = offline_pip_args()
 
     rows = []
     for size in [int(n) for n in args.sizes.split(",")]:

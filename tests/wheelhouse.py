@@ -60,6 +60,15 @@ def ensure_wheelhouse(path: str | os.PathLike = DEFAULT_PATH) -> Path:
     return root
 
 
+def offline_pip_args(path: str | os.PathLike = DEFAULT_PATH) -> str:
+    """`python_env_pip_extra_args` for test hosts: install from the wheelhouse only.
+
+    --no-compile: hosts byte-compile on first import instead, which spares the test clusters
+    (all on one shared machine) compiling thousands of files of transformers per host.
+    """
+    return f"--no-index --find-links={ensure_wheelhouse(path)} --no-compile"
+
+
 def _download(root: Path) -> None:
     # Wheels only, for the hosts' interpreter on this machine's platform.
     wheels_for_hosts = f"--only-binary=:all: --implementation cp --python-version {PYTHON_VERSION}"

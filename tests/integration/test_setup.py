@@ -5,6 +5,7 @@ import textwrap
 import pytest
 
 from tests.playbook import run_playbook
+from tests.wheelhouse import offline_pip_args
 
 
 def write_inventory(path, hosts: dict) -> str:
@@ -48,7 +49,7 @@ def test_bad_inventory_stops_before_any_host_is_touched(tmp_path, hosts, field):
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_check_mode_then_setup_then_rerun_changes_nothing(vcluster, tmp_path):
-    vc = vcluster(hosts=2)
+    vc = vcluster(hosts=2, extra_vars={"python_env_pip_extra_args": offline_pip_args()})
 
     check = run_playbook("setup.yml", vc.inventory, tmp_path / "check", cmdline="--check --diff")
     assert check.status == "successful", check.stdout[-6000:]
