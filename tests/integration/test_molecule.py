@@ -18,7 +18,7 @@ def test_molecule_scenario(scenario):
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
     result = subprocess.run(
         [str(venv_bin / "molecule"), "test", "--scenario-name", scenario],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1400,
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-8000:]
