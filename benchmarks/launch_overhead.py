@@ -12,6 +12,7 @@ Writes benchmarks/results/launch_overhead.md.
 
 import argparse
 import importlib.util
+import os
 import shlex
 import subprocess
 import tempfile
@@ -70,23 +71,26 @@ def allreduce_seconds(vc, workdir, interface, mb, rounds):
                          timeout=900)
     for line in out.stdout.splitlines():
         if line.startswith("seconds_per_allsum"):
+            print(f"{interface}: {line}", flush=True)
             return float(line.split()[1])
     raise SystemExit(f"all_sum with {interface} failed:\n{out.stdout}\n{out.stderr}")
 
 
-def seconds_to_banner(argv, log=None):
+def seconds_to_banner(argv, log=None, env=None):
     """Start argv; seconds until BANNER appears in its output (or in the file `log` reads)."""
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    found = None
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    found, output = None, []
     try:
         if log is None:
             for line in proc.stdout:
+                output.append(line)
                 if BANNER in line:
                     found = time.monotonic() - start
                     break
         else:
-            threading.Thread(target=proc.stdout.read, daemon=True).start()
+            threading.Thread(target=lambda: output.extend(proc.stdout), daemon=True).start()
             while found is None and proc.poll() is None:
                 if BANNER in log():
                     found = time.monotonic() - start
@@ -94,7 +98,8 @@ def seconds_to_banner(argv, log=None):
     finally:
         proc.wait(timeout=900)
     if found is None:
-        raise SystemExit(f"no training started: {shlex.join(argv)}")
+        raise SystemExit(f"no training started: {shlex.join(argv)}\n{''.join(output)[-3000:]}")
+    print(f"{argv[0]}: {found:.1f} s to the first training line", flush=True)
     return found
 
 
@@ -116,7 +121,8 @@ def startup_seconds(vc, workdir):
                 str(ROOT / "train.yml"), "-e", "run_name=bench", "-e", "steps=20",
                 "-e", f"launch_results_dir={workdir / 'runs'}"]
     results["ansible-playbook train.yml"] = seconds_to_banner(
-        playbook, log=lambda: vc.run(a, f"cat {log} 2>/dev/null; true", user=a.user).stdout)
+        playbook, log=lambda: vc.run(a, f"cat {log} 2>/dev/null; true", user=a.user).stdout,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
     return results
 
 
