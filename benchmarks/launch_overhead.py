@@ -68,7 +68,7 @@ def allreduce_seconds(vc, workdir, interface, mb, rounds):
                                      interface=interface, env={"MLX_MPI_LIBNAME": LIBMPI})
     argv += ["mlx-cluster/venv/bin/python", str(script), str(mb), str(rounds)]
     out = subprocess.run(as_user(vc, a, shlex.join(argv)), capture_output=True, text=True,
-                         timeout=900)
+                         timeout=900, stdin=subprocess.DEVNULL)
     for line in out.stdout.splitlines():
         if line.startswith("seconds_per_allsum"):
             print(f"{interface}: {line}", flush=True)
@@ -79,8 +79,9 @@ def allreduce_seconds(vc, workdir, interface, mb, rounds):
 def seconds_to_banner(argv, log=None, env=None):
     """Start argv; seconds until BANNER appears in its output (or in the file `log` reads)."""
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
+    # mlx.launch makes its stdin non-blocking, which Ansible refuses: give each its own.
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
     found, output = None, []
     try:
         if log is None:
