@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.playbook import run_playbook
-from tests.wheelhouse import ensure_wheelhouse
+from tests.wheelhouse import offline_pip_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -20,10 +20,8 @@ BENCH_VARS = {"bench_min_bytes": 65536, "bench_max_bytes": 4 * MiB, "bench_size_
 
 def test_bench_shows_thunderbolt_faster_than_management(vcluster, tmp_path):
     vc = vcluster(hosts=2, shape="bridge0=10gbit,en0=1gbit")
-    wheels = ensure_wheelhouse()
     setup = run_playbook("setup.yml", vc.inventory, tmp_path / "setup",
-                         extravars={"python_env_pip_extra_args":
-                                    f"--no-index --find-links={wheels}"})
+                         extravars={"python_env_pip_extra_args": offline_pip_args()})
     assert setup.status == "successful", setup.stdout[-6000:]
 
     run = run_playbook("bench.yml", vc.inventory, tmp_path / "bench", extravars=BENCH_VARS)

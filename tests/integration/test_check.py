@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import cluster_unavailable
 from tests.playbook import run_playbook
 from tests.vcluster import VirtualCluster, sh, tbf_args
-from tests.wheelhouse import ensure_wheelhouse
+from tests.wheelhouse import offline_pip_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -30,13 +30,12 @@ def cluster(tmp_path_factory):
     reason = cluster_unavailable()
     if reason:
         pytest.skip(reason)
-    wheels = ensure_wheelhouse()
     vc = VirtualCluster(hosts=3, workdir=tmp_path_factory.mktemp("check") / "vc")
     try:
         vc.up()
         setup = run_playbook(
             "setup.yml", vc.inventory, tmp_path_factory.mktemp("setup"),
-            extravars={"python_env_pip_extra_args": f"--no-index --find-links={wheels}"},
+            extravars={"python_env_pip_extra_args": offline_pip_args()},
         )
         assert setup.status == "successful", setup.stdout[-6000:]
         yield vc
