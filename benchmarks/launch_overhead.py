@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tests.playbook import ROOT, run_playbook
 from tests.vcluster import VirtualCluster
-from tests.wheelhouse import ensure_wheelhouse
+from tests.wheelhouse import offline_pip_args
 
 RESULTS = Path(__file__).parent / "results" / "launch_overhead.md"
 LIBMPI = "/usr/lib/x86_64-linux-gnu/libmpi.so.40"  # Debian's Open MPI 4.1 (the apt install)
@@ -132,10 +132,9 @@ def main():
     parser.add_argument("--mb", type=float, default=8, help="gradient size in MB")
     parser.add_argument("--rounds", type=int, default=20, help="all_sums to time")
     args = parser.parse_args()
-    wheels = ensure_wheelhouse()
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp, VirtualCluster(
         hosts=2, shape="bridge0=10gbit,en0=1gbit",
-        extra_vars={"python_env_pip_extra_args": f"--no-index --find-links={wheels}"},
+        extra_vars={"python_env_pip_extra_args": offline_pip_args()},
     ) as vc:
         workdir = Path(tmp)
         workdir.chmod(0o755)

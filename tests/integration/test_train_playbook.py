@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import cluster_unavailable
 from tests.playbook import run_playbook
 from tests.vcluster import VirtualCluster
-from tests.wheelhouse import ensure_wheelhouse
+from tests.wheelhouse import offline_pip_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -36,12 +36,11 @@ def cluster(tmp_path_factory):
     reason = cluster_unavailable()
     if reason:
         pytest.skip(reason)
-    wheels = ensure_wheelhouse()
     workdir = tmp_path_factory.mktemp("train-cluster")
     with VirtualCluster(
         hosts=3,
         slots=SLOTS,
-        extra_vars={"python_env_pip_extra_args": f"--no-index --find-links={wheels}"},
+        extra_vars={"python_env_pip_extra_args": offline_pip_args()},
         workdir=workdir / "vc",
     ) as vc:
         setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
