@@ -97,19 +97,19 @@ def test_unknown_check_is_an_error():
 LINUX_BRIDGE = {"device": "bridge0", "active": True,
                 "ipv4": {"address": "198.19.1.2", "prefix": "24"}}
 DARWIN_BRIDGE = {"device": "bridge0", "status": "active", "flags": ["UP", "BROADCAST"],
-                 "ipv4": [{"address": "10.0.0.2", "netmask": "255.255.255.0"}]}
+                 "ipv4": [{"address": "198.19.0.2", "netmask": "255.255.255.0"}]}
 
 
 @pytest.mark.parametrize(
     ("facts", "ip", "status", "reason"),
     [
         ({"interfaces": ["bridge0"], "bridge0": LINUX_BRIDGE}, "198.19.1.2", "ok", None),
-        ({"interfaces": ["bridge0"], "bridge0": DARWIN_BRIDGE}, "10.0.0.2", "ok", None),
+        ({"interfaces": ["bridge0"], "bridge0": DARWIN_BRIDGE}, "198.19.0.2", "ok", None),
         ({"interfaces": ["en0"], "en0": {}}, "198.19.1.2", "failed", "missing"),
         ({"interfaces": ["bridge0"], "bridge0": {**LINUX_BRIDGE, "active": False}}, "198.19.1.2",
          "failed", "down"),
         ({"interfaces": ["bridge0"], "bridge0": {**DARWIN_BRIDGE, "status": "inactive"}},
-         "10.0.0.2", "failed", "down"),
+         "198.19.0.2", "failed", "down"),
         ({"interfaces": ["bridge0"], "bridge0": {"device": "bridge0", "active": True}},
          "198.19.1.2", "failed", "address"),
         ({"interfaces": ["bridge0"], "bridge0": {**LINUX_BRIDGE, "ipv4_secondaries": [

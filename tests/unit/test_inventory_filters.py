@@ -14,8 +14,8 @@ _SPEC.loader.exec_module(inv)
 def two_macs(**overrides):
     """hostvars of inventory/examples/two-macs.yml-like hosts; overrides: {host: {var: value}}."""
     hostvars = {
-        "mac1": {"ansible_host": "192.168.1.21", "thunderbolt_ip": "10.0.0.1", "mpi_slots": 1},
-        "mac2": {"ansible_host": "192.168.1.22", "thunderbolt_ip": "10.0.0.2", "mpi_slots": 1},
+        "mac1": {"ansible_host": "198.18.1.21", "thunderbolt_ip": "198.19.0.1", "mpi_slots": 1},
+        "mac2": {"ansible_host": "198.18.1.22", "thunderbolt_ip": "198.19.0.2", "mpi_slots": 1},
     }
     for host, values in overrides.items():
         hostvars.setdefault(host, {}).update(values)
@@ -62,8 +62,8 @@ def test_empty_group():
 
 
 def test_duplicate_ansible_host():
-    assert errors(two_macs(mac2={"ansible_host": "192.168.1.21"})) == [
-        "mac2: ansible_host 192.168.1.21 is also the ansible_host of mac1 — "
+    assert errors(two_macs(mac2={"ansible_host": "198.18.1.21"})) == [
+        "mac2: ansible_host 198.18.1.21 is also the ansible_host of mac1 — "
         "give every host its own ansible_host"
     ]
 
@@ -85,31 +85,32 @@ def test_ansible_host_equal_to_another_inventory_name():
 
 
 def test_duplicate_thunderbolt_ip():
-    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.0.1"})) == [
-        "mac2: thunderbolt_ip 10.0.0.1 is also the thunderbolt_ip of mac1 — "
+    assert errors(two_macs(mac2={"thunderbolt_ip": "198.19.0.1"})) == [
+        "mac2: thunderbolt_ip 198.19.0.1 is also the thunderbolt_ip of mac1 — "
         "give every host its own thunderbolt_ip"
     ]
 
 
 def test_thunderbolt_ip_equal_to_another_ansible_host():
-    hostvars = two_macs(mac2={"thunderbolt_ip": "10.0.0.2"}, mac1={"ansible_host": "10.0.0.2"})
+    hostvars = two_macs(mac2={"thunderbolt_ip": "198.19.0.2"}, mac1={"ansible_host": "198.19.0.2"})
     assert errors(hostvars) == [
-        "mac2: thunderbolt_ip 10.0.0.2 is also the ansible_host of mac1 — "
+        "mac2: thunderbolt_ip 198.19.0.2 is also the ansible_host of mac1 — "
         "give every host its own thunderbolt_ip"
     ]
 
 
 def test_thunderbolt_ip_not_an_address():
-    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.0.300"})) == [
-        "mac2: thunderbolt_ip '10.0.0.300' is not a valid IPv4 address — use four numbers 0-255 "
-        "separated by dots, e.g. 10.0.0.1"
-    ]
+    [message] = errors(two_macs(mac2={"thunderbolt_ip": "198.19.0.300"}))
+    assert message.startswith(
+        "mac2: thunderbolt_ip '198.19.0.300' is not a valid IPv4 address — use four numbers 0-255 "
+        "separated by dots, e.g. "
+    )
 
 
 def test_thunderbolt_ip_with_a_prefix():
-    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.0.2/24"})) == [
-        "mac2: thunderbolt_ip '10.0.0.2/24' is not a valid IPv4 address — write the address alone "
-        "and the prefix length in thunderbolt_prefix"
+    assert errors(two_macs(mac2={"thunderbolt_ip": "198.19.0.2/24"})) == [
+        "mac2: thunderbolt_ip '198.19.0.2/24' is not a valid IPv4 address — "
+        "write the address alone and the prefix length in thunderbolt_prefix"
     ]
 
 
@@ -135,27 +136,27 @@ def test_thunderbolt_ip_loopback():
 
 
 def test_thunderbolt_ip_is_the_broadcast_address():
-    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.0.255"})) == [
-        "mac2: thunderbolt_ip 10.0.0.255 is the broadcast address of 10.0.0.0/24 — "
-        "pick a host address between 10.0.0.1 and 10.0.0.254"
+    assert errors(two_macs(mac2={"thunderbolt_ip": "198.19.0.255"})) == [
+        "mac2: thunderbolt_ip 198.19.0.255 is the broadcast address of 198.19.0.0/24 — "
+        "pick a host address between 198.19.0.1 and 198.19.0.254"
     ]
 
 
 def test_thunderbolt_ip_outside_the_subnet():
-    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.1.2"})) == [
-        "mac2: thunderbolt_ip 10.0.1.2 is outside 10.0.0.0/24 (thunderbolt_prefix 24) — put every "
-        "thunderbolt_ip in one subnet, or lower thunderbolt_prefix to widen the subnet"
+    assert errors(two_macs(mac2={"thunderbolt_ip": "198.19.1.2"})) == [
+        "mac2: thunderbolt_ip 198.19.1.2 is outside 198.19.0.0/24 (thunderbolt_prefix 24) — "
+        "put every thunderbolt_ip in one subnet, or lower thunderbolt_prefix to widen the subnet"
     ]
 
 
 def test_subnet_outlier_is_the_host_in_the_minority():
-    hostvars = two_macs(mac1={"thunderbolt_ip": "10.0.1.1"})
-    hostvars["mac3"] = {"thunderbolt_ip": "10.0.0.3"}
+    hostvars = two_macs(mac1={"thunderbolt_ip": "198.19.1.1"})
+    hostvars["mac3"] = {"thunderbolt_ip": "198.19.0.3"}
     assert [e.split(":")[0] for e in errors(hostvars)] == ["mac1"]
 
 
 def test_a_wider_prefix_accepts_the_same_addresses():
-    assert errors(two_macs(mac2={"thunderbolt_ip": "10.0.1.2"}), prefix=16) == []
+    assert errors(two_macs(mac2={"thunderbolt_ip": "198.19.1.2"}), prefix=16) == []
 
 
 def test_thunderbolt_on_some_hosts_only():
@@ -188,8 +189,8 @@ def test_bad_prefix(prefix):
 
 
 def test_bad_ansible_host_address():
-    assert errors(two_macs(mac1={"ansible_host": "192.168.1.256"})) == [
-        "mac1: ansible_host 192.168.1.256 is not a valid IPv4 address — use four numbers 0-255 "
+    assert errors(two_macs(mac1={"ansible_host": "198.18.1.256"})) == [
+        "mac1: ansible_host 198.18.1.256 is not a valid IPv4 address — use four numbers 0-255 "
         "separated by dots, or a DNS name"
     ]
 
@@ -197,14 +198,14 @@ def test_bad_ansible_host_address():
 def test_all_errors_are_reported_at_once():
     hostvars = two_macs(
         mac1={"mpi_slots": -1},
-        mac2={"ansible_host": "192.168.1.21", "thunderbolt_ip": "10.0.9.9"},
+        mac2={"ansible_host": "198.18.1.21", "thunderbolt_ip": "198.19.9.9"},
     )
-    hostvars["mac3"] = {"ansible_host": "192.168.1.23", "mpi_slots": 1}
+    hostvars["mac3"] = {"ansible_host": "198.18.1.23", "mpi_slots": 1}
     found = errors(hostvars)
     assert [e.split(" — ")[0] for e in found] == [
         "mac1: mpi_slots -1 is not a non-negative integer",
-        "mac2: ansible_host 192.168.1.21 is also the ansible_host of mac1",
-        "mac2: thunderbolt_ip 10.0.9.9 is outside 10.0.0.0/24 (thunderbolt_prefix 24)",
+        "mac2: ansible_host 198.18.1.21 is also the ansible_host of mac1",
+        "mac2: thunderbolt_ip 198.19.9.9 is outside 198.19.0.0/24 (thunderbolt_prefix 24)",
         "mac3: thunderbolt_ip is missing while mac1 has one",
     ]
 
@@ -214,23 +215,23 @@ def test_all_errors_are_reported_at_once():
 
 def test_cluster_hosts_normalises_in_inventory_order():
     hostvars = {
-        "b": {"ansible_host": "192.168.1.2", "ansible_user": "bob", "thunderbolt_ip": "10.0.0.2"},
+        "b": {"ansible_host": "198.18.1.2", "ansible_user": "bob", "thunderbolt_ip": "198.19.0.2"},
         "a": {
             "ansible_host": "a.local",
             "mpi_slots": 0,
             "ansible_facts": {
                 "hostname": "a",
                 "user_id": "alice",
-                "default_ipv4": {"address": "192.168.1.1"},
+                "default_ipv4": {"address": "198.18.1.1"},
             },
         },  # fmt: skip
         "localhost": {"mpi_slots": "2"},
     }
     assert inv.cluster_hosts(hostvars, ["b", "a", "localhost"]) == [
-        {"name": "b", "ansible_host": "192.168.1.2", "user": "bob", "thunderbolt_ip": "10.0.0.2",
-         "slots": 1, "mpi_address": "10.0.0.2", "ip": "10.0.0.2", "hostname": None},
+        {"name": "b", "ansible_host": "198.18.1.2", "user": "bob", "thunderbolt_ip": "198.19.0.2",
+         "slots": 1, "mpi_address": "198.19.0.2", "ip": "198.19.0.2", "hostname": None},
         {"name": "a", "ansible_host": "a.local", "user": "alice", "thunderbolt_ip": None,
-         "slots": 0, "mpi_address": "a.local", "ip": "192.168.1.1", "hostname": "a"},
+         "slots": 0, "mpi_address": "a.local", "ip": "198.18.1.1", "hostname": "a"},
         {"name": "localhost", "ansible_host": "localhost", "user": None, "thunderbolt_ip": None,
          "slots": 2, "mpi_address": "localhost", "ip": None, "hostname": None},
     ]  # fmt: skip
@@ -260,13 +261,15 @@ def test_prefix_to_netmask(prefix, netmask):
 
 def test_mlx_entries_repeat_hosts_per_slot_and_skip_zero_slots():
     hosts = inv.cluster_hosts(
-        two_macs(mac1={"mpi_slots": 2}, mac2={"mpi_slots": 0}, mac3={"thunderbolt_ip": "10.0.0.3"}),
+        two_macs(
+            mac1={"mpi_slots": 2}, mac2={"mpi_slots": 0}, mac3={"thunderbolt_ip": "198.19.0.3"}
+        ),
         ["mac1", "mac2", "mac3"],
     )
     assert inv.mlx_hostfile_entries(hosts) == [
-        {"ssh": "10.0.0.1", "ips": ["10.0.0.1"]},
-        {"ssh": "10.0.0.1", "ips": ["10.0.0.1"]},
-        {"ssh": "10.0.0.3", "ips": ["10.0.0.3"]},
+        {"ssh": "198.19.0.1", "ips": ["198.19.0.1"]},
+        {"ssh": "198.19.0.1", "ips": ["198.19.0.1"]},
+        {"ssh": "198.19.0.3", "ips": ["198.19.0.3"]},
     ]
 
 
@@ -314,7 +317,7 @@ def test_shared_hostname_is_an_error():
 
 
 def test_prefix_from_the_inventory_wins_over_the_default():
-    hostvars = two_macs(mac2={"thunderbolt_ip": "10.0.1.2"})
+    hostvars = two_macs(mac2={"thunderbolt_ip": "198.19.1.2"})
     for hv in hostvars.values():
         hv["thunderbolt_prefix"] = 16
     assert errors(hostvars, prefix=24) == []

@@ -37,7 +37,7 @@ def info(name, home, user=None, work_dir=None, version="4.1.4", prefix="/usr"):
             "openmpi_prefix": prefix}
 
 
-MACS = [host("m1", tb="10.0.0.1"), host("m2", tb="10.0.0.2")]
+MACS = [host("m1", tb="198.19.0.1"), host("m2", tb="198.19.0.2")]
 MAC_INFOS = [info("m1", "/Users/alice"), info("m2", "/Users/alice")]
 
 
@@ -79,7 +79,7 @@ def test_macos_command_passes_the_dylib_and_runs_from_the_same_home():
 
 def test_linux_hosts_with_different_homes_run_python_relative_to_each_home():
     infos = [info("a", "/home/alice"), info("b", "/home/bob")]
-    argv = command([host("a", tb="10.0.0.1"), host("b", tb="10.0.0.2")], infos, "4.1.4",
+    argv = command([host("a", tb="198.19.0.1"), host("b", tb="198.19.0.2")], infos, "4.1.4",
                    "/usr/lib/x86_64-linux-gnu/libmpi.so.40")
     assert argv[argv.index("-x") + 1] == "MLX_MPI_LIBNAME=/usr/lib/x86_64-linux-gnu/libmpi.so.40"
     script = argv[argv.index("/bin/sh") + 2]
@@ -94,12 +94,12 @@ def test_allow_run_as_root_only_when_a_host_logs_in_as_root(users, as_root):
     infos = [dict(info(f"h{i}", f"/home/{u}"), user=u) for i, u in enumerate(users)]
     for i in infos:  # same work dir everywhere, as with root on Linux
         i.update(work_dir="/srv/mlx", python_env="/srv/mlx/venv")
-    argv = command([host("h0", tb="10.0.0.1"), host("h1", tb="10.0.0.2")], infos, "4.1.4",
+    argv = command([host("h0", tb="198.19.0.1"), host("h1", tb="198.19.0.2")], infos, "4.1.4",
                    "/usr/lib/libmpi.so.40")
     assert ("--allow-run-as-root" in argv) is as_root
 
 
-@pytest.mark.parametrize("tb", [None, "10.0.0.1"])
+@pytest.mark.parametrize("tb", [None, "198.19.0.1"])
 def test_single_host_has_no_interface_flags(tb):
     hosts = [host("localhost", slots=2, tb=tb)]
     argv = command(hosts, [dict(info("localhost", "/root"), user="root")], "4.1.4",
@@ -176,7 +176,7 @@ def test_ranks_fill_hosts_in_hostfile_order():
 
 # ---------------------------------------------------------------- request and preflight
 
-CLUSTER = [host("a", 2, tb="10.0.0.1"), host("b", 1, tb="10.0.0.2"), host("c", 0)]
+CLUSTER = [host("a", 2, tb="198.19.0.1"), host("b", 1, tb="198.19.0.2"), host("c", 0)]
 
 
 def test_good_request_has_no_errors():
@@ -213,10 +213,10 @@ def test_np_defaults_to_every_slot():
 
 
 def test_hostfile_must_match_the_inventory():
-    good = "# generated\n10.0.0.1 slots=2\n10.0.0.2  slots=1\n"
+    good = "# generated\n198.19.0.1 slots=2\n198.19.0.2  slots=1\n"
     assert launch.launch_hostfile_errors(good, CLUSTER, "/w/hostfile") == []
-    errors = launch.launch_hostfile_errors("10.0.0.1 slots=2\n", CLUSTER, "/w/hostfile")
-    assert errors and "expected: 10.0.0.1 slots=2; 10.0.0.2 slots=1" in errors[0]
+    errors = launch.launch_hostfile_errors("198.19.0.1 slots=2\n", CLUSTER, "/w/hostfile")
+    assert errors and "expected: 198.19.0.1 slots=2; 198.19.0.2 slots=1" in errors[0]
     assert "re-run setup.yml" in errors[0]
 
 
