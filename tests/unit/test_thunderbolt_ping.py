@@ -89,3 +89,20 @@ def test_other_ping_errors_keep_the_message():
 
 def test_no_failures():
     assert ping.thunderbolt_ping_failures([], "mac1") == []
+
+
+def test_commands_ping_each_peer_at_its_thunderbolt_ip():
+    hostvars = {"mac2": {"thunderbolt_ip": "198.19.0.2"}, "mac3": {"thunderbolt_ip": "198.19.0.3"}}
+    commands = ping.thunderbolt_ping_commands(["mac2", "mac3"], hostvars, "Darwin", "bridge0", 2)
+    assert commands == [
+        {"item": "mac2", "argv": ping.thunderbolt_ping_argv("Darwin", "bridge0", "198.19.0.2", 2)},
+        {"item": "mac3", "argv": ping.thunderbolt_ping_argv("Darwin", "bridge0", "198.19.0.3", 2)},
+    ]
+
+
+def test_a_ping_the_module_gave_up_on_is_a_failure():
+    results = [{"item": "mac2", "rc": -1, "cmd": ["ping", "198.19.0.2"], "stdout": "",
+                "stderr": "", "msg": "no answer within 8 s"}]  # fmt: skip
+    assert ping.thunderbolt_ping_failures(results, "mac1") == [
+        "mac1 -> mac2 (198.19.0.2): no answer within 8 s"
+    ]

@@ -21,6 +21,15 @@ def thunderbolt_ping_argv(system, interface, address, timeout=2):
     raise ValueError(f"thunderbolt: no ping flags for system {system!r} (Darwin or Linux)")
 
 
+def thunderbolt_ping_commands(peers, hostvars, system, interface, timeout=2):
+    """concurrent_commands entries that ping each peer's thunderbolt_ip; item = the peer's name."""
+
+    def ping(peer):
+        return thunderbolt_ping_argv(system, interface, hostvars[peer]["thunderbolt_ip"], timeout)
+
+    return [{"item": peer, "argv": ping(peer)} for peer in peers]
+
+
 def thunderbolt_ping_failures(results, source):
     """Loop results of the ping task -> ["source -> peer (address): reason", ...]."""
     failures = []
@@ -42,5 +51,6 @@ class FilterModule:
     def filters(self):
         return {
             "thunderbolt_ping_argv": thunderbolt_ping_argv,
+            "thunderbolt_ping_commands": thunderbolt_ping_commands,
             "thunderbolt_ping_failures": thunderbolt_ping_failures,
         }

@@ -1,0 +1,58 @@
+"""The concurrent_commands module (roles/cluster/library), run as Ansible runs it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+MODULE = Path(__file__).parents[2] / "roles/cluster/library/concurrent_commands.py"
+
+
+def run_module(tmp_path, **args):
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    done = subprocess.run(
+        [sys.executable, str(MODULE), str(args_file)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads(done.stdout)
+
+
+def test_results_come_in_order_with_item_rc_and_output(tmp_path):
+    out = run_module(
+        tmp_path,
+        commands=[
+            {"item": {"name": "m2"}, "argv": ["sh", "-c", "echo m2; echo oops >&2"]},
+            {"item": "fails", "argv": ["sh", "-c", "exit 3"]},
+            {"item": "missing", "argv": [str(tmp_path / "no-such-program")]},
+            {"item": "hangs", "argv": ["sleep", "30"]},
+        ],
+        timeout=1,
+    )
+    assert out["changed"] is False
+    by_item = [r["item"] for r in out["results"]]
+    assert by_item == [{"name": "m2"}, "fails", "missing", "hangs"]
+    first, fails, missing, hangs = out["results"]
+    assert (first["rc"], first["stdout"], first["stderr"]) == (0, "m2", "oops")
+    assert first["cmd"] == ["sh", "-c", "echo m2; echo oops >&2"]
+    assert fails["rc"] == 3
+    assert missing["rc"] == -1 and "cannot run" in missing["msg"]
+    assert hangs["rc"] == -1 and hangs["msg"] == "no answer within 1 s"
+
+
+def waits_for(tmp_path, me, other):
+    # Announces itself, then waits for the other command: only succeeds when both run at once.
+    script = f"touch {tmp_path / me}; while [ ! -e {tmp_path / other} ]; do sleep 0.05; done"
+    return {"item": me, "argv": ["sh", "-c", script]}
+
+
+def test_commands_run_side_by_side(tmp_path):
+    pair = [waits_for(tmp_path, "a", "b"), waits_for(tmp_path, "b", "a")]
+    out = run_module(tmp_path, commands=pair, timeout=60)
+    assert [r["rc"] for r in out["results"]] == [0, 0]
+
+
+def test_one_worker_runs_them_one_after_the_other(tmp_path):
+    pair = [waits_for(tmp_path, "a", "b"), waits_for(tmp_path, "b", "a")]
+    out = run_module(tmp_path, commands=pair, timeout=2, max_workers=1)
+    assert [r["rc"] for r in out["results"]] == [-1, 0]
