@@ -15,9 +15,11 @@ def run_linter(*argv: str) -> subprocess.CompletedProcess:
     tool = BIN / argv[0]
     if not tool.exists() and not shutil.which(argv[0]):
         pytest.fail(f"{argv[0]} is not installed: pip install -r requirements.txt")
+    # stdin from /dev/null: ansible refuses a non-blocking stdin, and an earlier in-process
+    # import of ansible (tests/unit/test_templates.py) can leave pytest's stdin that way.
     return subprocess.run(
         [str(tool) if tool.exists() else argv[0], *argv[1:]],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        cwd=ROOT, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
     )
 
 
