@@ -68,6 +68,9 @@ def parser():
         "and at the end; 0: only at the end (default: 100)")
     add("--checkpoint-every", type=count(0), default=100, metavar="K", help="checkpoint every K "
         "steps and at the end; 0: only at the end (default: 100)")
+    add("--grad-bucket-bytes", type=count(0), default=32 * 1024**2, metavar="N", help="average "
+        "the gradients in all-reduces of up to N bytes each; 0: one per tensor (default: 32 MiB, "
+        "MLX's; bench.yml recommends one for your interconnect)")
     add("--log-every", type=count(1), default=10, metavar="K", help="report the loss every K "
         "steps (default: 10)")
     return p

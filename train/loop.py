@@ -107,7 +107,7 @@ def run(args, group):
         loss, grads = loss_and_grad(model, *shard, scale)
         mx.eval(loss, grads)
         synced = time.perf_counter()
-        grads = nn.average_gradients(grads, group=group)
+        grads = nn.average_gradients(grads, group=group, all_reduce_size=args.grad_bucket_bytes)
         mx.eval(grads)
         sync_time += time.perf_counter() - synced
         optimizer.update(model, grads)

@@ -21,7 +21,8 @@ def error_of(capsys, *argv):
 def test_help_documents_every_flag():
     text = run(train_cmd("--help")).stdout
     for flag in ("--model", "--dataset", "--data", "--steps", "--batch-size", "--lr", "--seed",
-                 "--out", "--resume", "--eval-every", "--checkpoint-every", "--log-every"):
+                 "--out", "--resume", "--eval-every", "--checkpoint-every", "--log-every",
+                 "--grad-bucket-bytes"):
         assert re.search(rf"^\s+{flag}\b.*\S", text, re.M), flag
 
 

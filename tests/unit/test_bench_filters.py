@@ -114,7 +114,8 @@ def test_recommend_picks_the_fastest_mlx_configuration_at_the_largest_size():
     # reached at 1 MiB.
     assert rec["bucket_bytes"] == MiB
     assert bench.bench_launch_vars(rec) == {
-        "launch_backend": "mpi", "launch_mpi_extra_args": ["--mca", "btl_tcp_links", "4"]}
+        "launch_backend": "mpi", "launch_mpi_extra_args": ["--mca", "btl_tcp_links", "4"],
+        "launch_grad_bucket_bytes": MiB}
 
 
 def test_recommend_drops_extra_tcp_links_that_do_not_help():

@@ -162,10 +162,11 @@ def test_command_sh_is_the_same_argv_for_the_shell():
 def test_train_args_only_carry_what_the_user_gave():
     assert launch.launch_train_args({"model": None, "steps": ""}, "runs/x") == ["--out", "runs/x"]
     args = launch.launch_train_args(
-        {"model": "/ctl/tiny", "data": "/ctl/d", "batch_size": 8, "lr": "0.01", "resume": "true"},
+        {"model": "/ctl/tiny", "data": "/ctl/d", "batch_size": 8, "lr": "0.01", "resume": "true",
+         "grad_bucket_bytes": 0},
         "runs/x", data="data/d", model="models/tiny")
     assert args == ["--model", "models/tiny", "--data", "data/d", "--batch-size", "8",
-                    "--lr", "0.01", "--out", "runs/x", "--resume"]
+                    "--lr", "0.01", "--grad-bucket-bytes", "0", "--out", "runs/x", "--resume"]
 
 
 def test_ranks_fill_hosts_in_hostfile_order():

@@ -203,6 +203,7 @@ def bench_launch_vars(recommendation):
     return {
         "launch_backend": recommendation["backend"],
         "launch_mpi_extra_args": ["--mca", "btl_tcp_links", str(links)] if links > 1 else [],
+        "launch_grad_bucket_bytes": int(recommendation["bucket_bytes"]),
     }
 
 

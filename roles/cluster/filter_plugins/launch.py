@@ -78,7 +78,7 @@ def launch_request_errors(request, hosts):
     hosts: cluster_hosts entries. An empty list means the request can be launched.
     """
     errors = []
-    positive = {"steps": 1, "batch_size": 1, "seed": 0, "time_limit": 1}
+    positive = {"steps": 1, "batch_size": 1, "seed": 0, "time_limit": 1, "grad_bucket_bytes": 0}
     for name, minimum in positive.items():
         value = request.get(name)
         if _given(value) and _int(value, minimum) is None:
@@ -257,7 +257,7 @@ def launch_train_args(request, out, data=None, model=None):
     args = []
     flags = (("model", "--model"), ("dataset", "--dataset"), ("data", "--data"),
              ("steps", "--steps"), ("batch_size", "--batch-size"), ("lr", "--lr"),
-             ("seed", "--seed"))
+             ("seed", "--seed"), ("grad_bucket_bytes", "--grad-bucket-bytes"))
     copied = {"data": data, "model": model}
     for key, flag in flags:
         value = copied.get(key) or request.get(key)
