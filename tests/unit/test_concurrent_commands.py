@@ -37,7 +37,8 @@ def test_results_come_in_order_with_item_rc_and_output(tmp_path):
     assert first["cmd"] == ["sh", "-c", "echo m2; echo oops >&2"]
     assert fails["rc"] == 3
     assert missing["rc"] == -1 and "cannot run" in missing["msg"]
-    assert hangs["rc"] == -1 and hangs["msg"] == "no answer within 1 s"
+    assert hangs["rc"] == -1 and hangs["msg"] == "no answer within 1 s" and hangs["timed_out"]
+    assert "timed_out" not in fails
 
 
 def waits_for(tmp_path, me, other):

@@ -245,3 +245,10 @@ def test_rank_program_runs_python_from_each_hosts_work_dir():
                     "python"]
     with pytest.raises(ValueError, match="differs"):
         doctor.doctor_rank_program({"error": "cluster_work_dir differs"})
+
+
+def test_a_concurrent_command_killed_at_its_bound_is_a_timeout():
+    result = {"rc": -1, "stdout": "", "stderr": "", "msg": "no answer within 30 s",
+              "timed_out": True}
+    assert doctor.doctor_ssh_reason(result) == "timeout"
+    assert doctor.doctor_command_row(result, "ping", "a -> b", 30)["reason"] == "timeout"

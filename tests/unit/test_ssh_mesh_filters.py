@@ -186,11 +186,3 @@ def test_missing_keeps_only_entries_whose_line_is_not_in_the_file():
     assert missing == [e for i, e in enumerate(entries) if i not in (0, 2)]
     assert mesh.ssh_mesh_missing(entries, "", "key") == entries
 
-
-def test_probe_commands_log_in_like_open_mpi_over_the_mpi_address():
-    m1, m2 = PEERS
-    commands = mesh.ssh_mesh_probe_commands([m2], "5")
-    assert commands == [{"item": m2, "argv": [
-        "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
-        "-o", "ConnectTimeout=5", "198.19.0.2", "hostname",
-    ]}]  # fmt: skip

@@ -121,9 +121,11 @@ def doctor_row(check, target, ok, detail="", reason=None, status=None):
 
 
 def doctor_timed_out(result):
-    """True when an async-bounded task was stopped at its time limit."""
-    msg = str((result or {}).get("msg", ""))
-    return "Timeout exceeded" in msg or "did not complete within the requested time" in msg
+    """True when an async-bounded task or a concurrent_commands command hit its time limit."""
+    result = result or {}
+    msg = str(result.get("msg", ""))
+    return bool(result.get("timed_out")) or "Timeout exceeded" in msg or (
+        "did not complete within the requested time" in msg)
 
 
 def _last_line(text, limit=160):

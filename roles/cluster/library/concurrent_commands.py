@@ -50,6 +50,10 @@ results:
   elements: dict
   returned: always
   sample: [{item: m2, cmd: [hostname], rc: 0, stdout: m2, stderr: ""}]
+  contains:
+    timed_out:
+      description: Set when the command was killed at I(timeout); rc is -1 then.
+      type: bool
 """
 
 
@@ -65,7 +69,8 @@ def run(command, timeout):
         )
         result.update(rc=done.returncode, stdout=done.stdout, stderr=done.stderr)
     except subprocess.TimeoutExpired:
-        result.update(rc=-1, stdout="", stderr="", msg=f"no answer within {timeout} s")
+        result.update(rc=-1, stdout="", stderr="", msg=f"no answer within {timeout} s",
+                      timed_out=True)
     except OSError as error:
         result.update(rc=-1, stdout="", stderr="", msg=f"cannot run {command['argv'][0]}: {error}")
     result["stdout"] = result["stdout"].rstrip("\n")

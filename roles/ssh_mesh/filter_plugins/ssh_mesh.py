@@ -105,28 +105,6 @@ def _last_line(text):
     return lines[-1] if lines else ""
 
 
-def ssh_mesh_probe_commands(peers, connect_timeout):
-    """concurrent_commands entries that log in to each peer over its MPI address the way
-    Open MPI does (no prompt, host key pinned) and print its hostname; item = the peer."""
-    return [
-        {
-            "item": peer,
-            "argv": [
-                "ssh",
-                "-o",
-                "BatchMode=yes",
-                "-o",
-                "StrictHostKeyChecking=yes",
-                "-o",
-                f"ConnectTimeout={int(connect_timeout)}",
-                peer["address"],
-                "hostname",
-            ],
-        }
-        for peer in peers
-    ]
-
-
 def ssh_mesh_probe_failures(probes):
     """Failed logins of the verification, one line per pair: "m1 -> m2 (198.19.0.2): why".
 
@@ -162,6 +140,5 @@ class FilterModule:
             "ssh_mesh_authorized_keys": ssh_mesh_authorized_keys,
             "ssh_mesh_missing": ssh_mesh_missing,
             "ssh_mesh_config_block": ssh_mesh_config_block,
-            "ssh_mesh_probe_commands": ssh_mesh_probe_commands,
             "ssh_mesh_probe_failures": ssh_mesh_probe_failures,
         }

@@ -1,0 +1,46 @@
+"""Commands for the reachability matrices (setup's verification and check.yml): every host
+probes every other, all of a host's probes in one concurrent_commands run (roles/cluster/library).
+
+Hosts are cluster_hosts entries (inventory.py); each command's item is the probed host's entry.
+"""
+
+
+def ping_argv(system, interface, address, timeout=2):
+    """argv that sends one ping to `address` out of `interface` and gives up after `timeout` s.
+
+    Linux (iputils): -I binds to the interface, -W is the reply timeout in seconds.
+    macOS: -b binds to the interface, -t is the overall timeout in seconds (-W is in ms there).
+    """
+    timeout = str(int(timeout))
+    if system == "Darwin":
+        return ["ping", "-c", "1", "-t", timeout, "-b", interface, address]
+    if system == "Linux":
+        return ["ping", "-c", "1", "-W", timeout, "-I", interface, address]
+    raise ValueError(f"no ping flags for system {system!r} (Darwin or Linux)")
+
+
+def ping_commands(hosts, system, interface, timeout=2):
+    """Ping each host's thunderbolt_ip out of `interface`, so a reply proves that link."""
+    return [
+        {"item": host, "argv": ping_argv(system, interface, host["thunderbolt_ip"], timeout)}
+        for host in hosts
+    ]
+
+
+def ssh_commands(hosts, connect_timeout, address_key="mpi_address"):
+    """Log in to each host's MPI address as Open MPI does (no prompt, pinned host key) and print
+    its hostname. Keepalives end a login that connects and then hangs."""
+    options = ["BatchMode=yes", "StrictHostKeyChecking=yes",
+               f"ConnectTimeout={int(connect_timeout)}", "ServerAliveInterval=2",
+               "ServerAliveCountMax=2"]
+    argv = ["ssh"] + [word for option in options for word in ("-o", option)]
+    return [{"item": host, "argv": [*argv, host[address_key], "hostname"]} for host in hosts]
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "ping_argv": ping_argv,
+            "ping_commands": ping_commands,
+            "ssh_commands": ssh_commands,
+        }
