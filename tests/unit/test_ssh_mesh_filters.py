@@ -25,7 +25,7 @@ def peer(name, ssh_host, tb=None, user="alice", port=22, nodename=None):
         "name": name,
         "names": mesh.ssh_mesh_names(name, ssh_host, tb),
         "ssh_host": ssh_host,
-        "address": tb or ssh_host,
+        "mpi_address": tb or ssh_host,
         "port": port,
         "user": user,
         "nodename": nodename or name,

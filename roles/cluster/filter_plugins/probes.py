@@ -27,14 +27,14 @@ def ping_commands(hosts, system, interface, timeout=2):
     ]
 
 
-def ssh_commands(hosts, connect_timeout, address_key="mpi_address"):
+def ssh_commands(hosts, connect_timeout):
     """Log in to each host's MPI address as Open MPI does (no prompt, pinned host key) and print
     its hostname. Keepalives end a login that connects and then hangs."""
     options = ["BatchMode=yes", "StrictHostKeyChecking=yes",
                f"ConnectTimeout={int(connect_timeout)}", "ServerAliveInterval=2",
                "ServerAliveCountMax=2"]
     argv = ["ssh"] + [word for option in options for word in ("-o", option)]
-    return [{"item": host, "argv": [*argv, host[address_key], "hostname"]} for host in hosts]
+    return [{"item": host, "argv": [*argv, host["mpi_address"], "hostname"]} for host in hosts]
 
 
 class FilterModule:

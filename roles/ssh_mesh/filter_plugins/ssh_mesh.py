@@ -2,7 +2,7 @@
 known_hosts entries, ~/.ssh/config block and verification report built from them.
 
 A "peer" is the plain dict each host publishes about itself (tasks/describe.yml):
-name, names, ssh_host, address, port, user, nodename, host_keys, public_key.
+name, names, ssh_host, mpi_address, port, user, nodename, host_keys, public_key.
 """
 
 import re
@@ -83,7 +83,7 @@ def ssh_mesh_config_block(peers, identity_file):
     lines the user had at the top of the file keep applying to every host."""
     lines = []
     for peer in peers:
-        lines.append(f"# {peer['name']}: MPI address {peer['address']}")
+        lines.append(f"# {peer['name']}: MPI address {peer['mpi_address']}")
         if peer["ssh_host"] != peer["name"]:
             # Only the inventory name gets a HostName: each address must stay itself.
             lines += [f"Host {peer['name']}", f"    HostName {peer['ssh_host']}"]
@@ -127,7 +127,7 @@ def ssh_mesh_probe_failures(probes):
                     or result.get("msg")
                     or f"exit code {result.get('rc')}"
                 )
-            failures.append(f"{source} -> {peer['name']} ({peer['address']}): {why}")
+            failures.append(f"{source} -> {peer['name']} ({peer['mpi_address']}): {why}")
     return failures
 
 
