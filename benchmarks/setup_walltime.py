@@ -1,12 +1,15 @@
 """Wall time of setup.yml on 2, 4 and 8 virtual hosts, fresh and re-run (one run each).
 
-    sudo .venv/bin/python -m benchmarks.setup_walltime [--sizes 2,4,8]
+    sudo .venv/bin/python -m benchmarks.setup_walltime [--sizes 2,4,8] [--host-cpus 0.2]
 
 Writes benchmarks/results/setup_walltime.md. Work runs in parallel across hosts, so a re-run
-on 8 hosts should take at most about twice as long as on 2 (a sequential ssh loop: 4x). The
-re-run is also timed with --forks 1 (one host at a time), and the CPU time the whole machine
-spent is recorded: all virtual hosts share this machine's cores, so once they are busy the
-wall time follows the CPU work, which grows with the host count.
+on 8 hosts should take at most about twice as long as on 2 (a sequential ssh loop: 4x).
+
+All virtual hosts share this machine's cores, so once those are busy the wall time follows the
+CPU work, which grows with the host count. The re-run is therefore timed twice more: with
+--forks 1 (one host at a time), and with every host capped at --host-cpus CPUs, so each host
+keeps the same speed whatever the cluster size, as separate Macs do. The CPU time the hosts
+and the controller spent is recorded too.
 """
 
 import argparse
@@ -29,56 +32,98 @@ def machine_cpu_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def timed_setup(inventory, private_dir: Path, cmdline: str | None = None) -> tuple[float, float]:
-    """(wall seconds, machine CPU seconds) of one successful setup.yml run."""
-    cpu, start = machine_cpu_seconds(), time.monotonic()
-    run = run_playbook("setup.yml", inventory, private_dir, cmdline=cmdline)
-    elapsed, cpu = time.monotonic() - start, machine_cpu_seconds() - cpu
+def timed_setup(vc: VirtualCluster, private_dir: Path, cmdline: str | None = None) -> dict:
+    """Wall seconds, and CPU seconds of the whole machine and of the hosts, of one setup.yml."""
+    def hosts_cpu() -> float:
+        return sum(vc.cpu_seconds(h) for h in vc.hosts)
+
+    machine, hosts, start = machine_cpu_seconds(), hosts_cpu(), time.monotonic()
+    run = run_playbook("setup.yml", vc.inventory, private_dir, cmdline=cmdline)
+    wall = time.monotonic() - start
     if run.status != "successful":
         raise SystemExit(f"setup.yml failed:\n{run.stdout[-4000:]}")
-    return elapsed, cpu
+    return {"wall": wall, "cpu": machine_cpu_seconds() - machine, "hosts_cpu": hosts_cpu() - hosts}
+
+
+def measure(size: int, host_cpus: float, pip_args: str, tmp: Path) -> dict:
+    with VirtualCluster(
+        hosts=size, cpus=host_cpus, extra_vars={"python_env_pip_extra_args": pip_args}
+    ) as vc:
+        vc.set_cpus(None)
+        fresh = timed_setup(vc, tmp / "fresh")
+        rerun = timed_setup(vc, tmp / "rerun")
+        serial = timed_setup(vc, tmp / "serial", cmdline="--forks 1")
+        vc.set_cpus(host_cpus)
+        capped = timed_setup(vc, tmp / "capped")
+    return {"fresh": fresh, "rerun": rerun, "serial": serial, "capped": capped}
+
+
+def report(rows: dict[int, dict], sizes: str, host_cpus: float) -> str:
+    cores = os.cpu_count()
+    base = rows[min(rows)]
+    lines = [
+        "# setup.yml wall time on the virtual cluster",
+        "",
+        f"One run per size and column on this {cores}-core machine. Command:",
+        f"`sudo .venv/bin/python -m benchmarks.setup_walltime --sizes {sizes} "
+        f"--host-cpus {host_cpus}`",
+        "",
+        f"## Hosts sharing the machine's {cores} cores",
+        "",
+        "Every virtual host and the controller share the cores: CPU is the busy time of the whole",
+        f"machine during the re-run (split into the hosts' and the controller's), so CPU / {cores}",
+        "is the shortest wall time this machine allows for that work.",
+        "",
+        "| hosts | fresh (s) | re-run (s) | re-run vs smallest | re-run CPU (s) | of it hosts (s) "
+        f"| CPU / {cores} (s) | one host at a time (s) | one at a time / parallel |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for n, r in rows.items():
+        rerun = r["rerun"]
+        lines.append(
+            f"| {n} | {r['fresh']['wall']:.0f} | {rerun['wall']:.0f} "
+            f"| {rerun['wall'] / base['rerun']['wall']:.2f}x "
+            f"| {rerun['cpu']:.0f} | {rerun['hosts_cpu']:.0f} "
+            f"| {rerun['cpu'] / cores:.0f} | {r['serial']['wall']:.0f} "
+            f"| {r['serial']['wall'] / rerun['wall']:.2f}x |"
+        )
+    lines += [
+        "",
+        f"## Each host capped at {host_cpus} CPU",
+        "",
+        "Each host's processes (its sshd and everything Ansible and Open MPI start there) run in",
+        f"their own CPU cgroup limited to {host_cpus} CPU, so a host is equally fast in every",
+        "cluster size, like a separate machine. The controller is not capped and shares what is",
+        "left of the machine, as one laptop driving all Macs does.",
+        "",
+        "| hosts | re-run (s) | re-run vs smallest | hosts' CPU (s) | controller CPU (s) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for n, r in rows.items():
+        capped = r["capped"]
+        lines.append(
+            f"| {n} | {capped['wall']:.0f} | {capped['wall'] / base['capped']['wall']:.2f}x "
+            f"| {capped['hosts_cpu']:.0f} | {capped['cpu'] - capped['hosts_cpu']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="2,4,8", help="host counts, comma separated")
+    parser.add_argument("--host-cpus", type=float, default=0.2,
+                        help="CPUs each host may use in the capped re-run")
     args = parser.parse_args()
     pip_args = offline_pip_args()
 
-    rows = []
+    rows = {}
     for size in [int(n) for n in args.sizes.split(",")]:
-        with TemporaryDirectory() as tmp, VirtualCluster(
-            hosts=size, extra_vars={"python_env_pip_extra_args": pip_args}
-        ) as vc:
-            fresh, _ = timed_setup(vc.inventory, Path(tmp) / "fresh")
-            rerun, rerun_cpu = timed_setup(vc.inventory, Path(tmp) / "rerun")
-            serial, _ = timed_setup(vc.inventory, Path(tmp) / "serial", cmdline="--forks 1")
-            rows.append((size, fresh, rerun, rerun_cpu, serial))
-            print(f"{size} hosts: fresh {fresh:.0f} s, re-run {rerun:.0f} s "
-                  f"({rerun_cpu:.0f} CPU s), one host at a time {serial:.0f} s", flush=True)
-
-    cores = os.cpu_count()
-    base = rows[0]
-    lines = [
-        "# setup.yml wall time on the virtual cluster",
-        "",
-        f"One run per size on this {cores}-core machine; every virtual host and the controller",
-        f"share those {cores} cores. CPU = busy time of the whole machine during the re-run, so",
-        f"CPU / {cores} is the shortest wall time this machine allows for that work.",
-        "",
-        f"Command: `sudo .venv/bin/python -m benchmarks.setup_walltime --sizes {args.sizes}`",
-        "",
-        "| hosts | fresh (s) | re-run (s) | re-run vs smallest | re-run CPU (s) "
-        f"| CPU / {cores} cores (s) | re-run, one host at a time (s) | one at a time / parallel |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for n, fresh, rerun, rerun_cpu, serial in rows:
-        lines.append(
-            f"| {n} | {fresh:.0f} | {rerun:.0f} | {rerun / base[2]:.2f}x | {rerun_cpu:.0f} "
-            f"| {rerun_cpu / cores:.0f} | {serial:.0f} | {serial / rerun:.2f}x |"
-        )
+        with TemporaryDirectory() as tmp:
+            rows[size] = r = measure(size, args.host_cpus, pip_args, Path(tmp))
+        print(f"{size} hosts: " + ", ".join(f"{k} {v['wall']:.0f} s" for k, v in r.items()),
+              flush=True)
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text("\n".join(lines) + "\n")
+    RESULTS.write_text(report(rows, args.sizes, args.host_cpus))
     print(RESULTS.read_text())
 
 

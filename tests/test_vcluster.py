@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.vcluster import ClusterError, VirtualCluster
+from tests.vcluster import ClusterError, VirtualCluster, cpu_cgroup_dirs
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,6 +37,7 @@ def leftovers(vc) -> list[str]:
         found.append("sudoers file")
     if vc.dir.exists():
         found.append(f"dir {vc.dir}")
+    found += [f"cgroup {d}" for h in vc.hosts for d in cpu_cgroup_dirs(h.name) if d.exists()]
     procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     found += [f"process {p}" for p in procs.splitlines() if str(vc.dir) in p]
     return found
@@ -147,4 +148,24 @@ def test_context_manager_tears_down_when_the_body_raises(tmp_path):
     with pytest.raises(RuntimeError), VirtualCluster(hosts=1, workdir=tmp_path / "vc") as vc:
         assert vc.run(vc.hosts[0], "hostname").stdout.strip() == vc.hosts[0].name
         raise RuntimeError("test body failed")
+    assert leftovers(vc) == []
+
+
+def test_cpus_caps_all_a_host_runs_and_down_removes_its_cgroup(tmp_path):
+    busy = "timeout 3 sh -c 'while :; do :; done'"
+
+    def throttled(host) -> int:  # periods in which the cap stopped the host (v1 and v2)
+        stat = (cpu_cgroup_dirs(host.name)[0] / "cpu.stat").read_text().split()
+        return int(stat[stat.index("nr_throttled") + 1])
+
+    with VirtualCluster(hosts=1, cpus=0.2, workdir=tmp_path / "vc") as vc:
+        host = vc.hosts[0]
+        start = vc.cpu_seconds(host)
+        controller_ssh(vc, host, busy)  # what an ssh login starts runs under the cap
+        assert 0.3 < vc.cpu_seconds(host) - start < 0.9  # 0.2 CPU for 3 s
+        assert throttled(host) > 10
+        vc.set_cpus(None)
+        before = throttled(host)
+        vc.run(host, busy, check=False)
+        assert throttled(host) == before
     assert leftovers(vc) == []

@@ -8,7 +8,7 @@ controller is not on. Everything is recorded in DIR/state.json before it is crea
 removes exactly what `up` made, even after a crash halfway.
 
     python -m tests.vcluster up --hosts 2 [--slots 1,2] [--distinct-users]
-        [--shape bridge0=10gbit,en0=1gbit] [--var key=value ...] --dir DIR
+        [--shape bridge0=10gbit,en0=1gbit] [--cpus 0.2] [--var key=value ...] --dir DIR
     python -m tests.vcluster run --dir DIR [--user] HOST -- CMD...
     python -m tests.vcluster down --dir DIR
     python -m tests.vcluster list
@@ -16,6 +16,8 @@ removes exactly what `up` made, even after a crash halfway.
 Inside a host: /etc/ssh, /home/<user>, /etc/hosts and /dev/shm are the host's own, /root is a
 per-host copy-on-write overlay, everything else (/tmp, /usr, /etc) is the machine's. Hosts have
 no default route (only 198.18.<k>.0/24 on en0), so nothing they send can leave the machine.
+With --cpus, each host (its sshd and all it starts) runs in its own CPU cgroup capped at that
+many CPUs, so hosts keep a fixed speed however many share this machine, as separate Macs do.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ SHAPED_IFACES = ("bridge0", "en0")
 HOST_KEY_TYPES = ("ed25519", "ecdsa")
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$")
 RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CPU_PERIOD_US = 100_000
 
 
 class ClusterError(RuntimeError):
@@ -164,6 +168,14 @@ def _kill_all(ns_keys: set[tuple[int, int]], uids: set[int]) -> None:
     raise ClusterError(f"processes survived SIGKILL: {pids}")
 
 
+def cpu_cgroup_dirs(name: str) -> list[Path]:
+    """The cgroup directories that limit and count a host's CPU: one on cgroup v2, v1's cpu
+    and cpuacct hierarchies otherwise (the same directory where they are mounted together)."""
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        return [CGROUP_ROOT / name]
+    return list(dict.fromkeys((CGROUP_ROOT / kind).resolve() / name for kind in ("cpu", "cpuacct")))
+
+
 def _retry_locked(argv: list[str]) -> None:
     """useradd/userdel fail while another process holds /etc/passwd's lock: retry a little."""
     for _ in range(40):
@@ -194,6 +206,7 @@ class VirtualCluster:
         slots: list[int] | None = None,
         distinct_users: bool = False,
         shape: str | dict | None = None,
+        cpus: float | None = None,
         extra_vars: dict | None = None,
         workdir: str | os.PathLike | None = None,
     ) -> None:
@@ -205,6 +218,9 @@ class VirtualCluster:
         self.n_hosts = hosts
         self.distinct_users = distinct_users
         self.shape = parse_shape(shape)
+        if cpus is not None and not 0.01 <= cpus <= os.cpu_count():
+            raise ClusterError(f"cpus={cpus}: give a share of this machine, 0.01..{os.cpu_count()}")
+        self.cpus = cpus
         self.extra_vars = dict(extra_vars or {})
         self.dir = Path(workdir).resolve() if workdir else None
         self.id = ""
@@ -279,6 +295,7 @@ class VirtualCluster:
             "id": self.id,
             "k": self.k,
             "created_dir": self.created_dir,
+            "cpus": self.cpus,
             "hosts": [dataclasses.asdict(h) for h in self.hosts],
             "resources": self.resources,
         }
@@ -299,6 +316,7 @@ class VirtualCluster:
         state = json.loads((workdir / "state.json").read_text())
         vc = cls(hosts=max(1, len(state["hosts"])), workdir=workdir)
         vc.id, vc.k, vc.created_dir = state["id"], state["k"], state["created_dir"]
+        vc.cpus = state.get("cpus")
         vc.hosts = [Host(**h) for h in state["hosts"]]
         vc.resources = state["resources"]
         return vc
@@ -528,6 +546,8 @@ class VirtualCluster:
                 where = ["-n", netns] if netns else []
                 sh(["tc", *where, "qdisc", "add", "dev", dev, "root", *tbf_args(rate)])
         self._make_mount_ns(host)
+        if self.cpus is not None:
+            self._make_cpu_cgroup(host)
         self._start_sshd(host)
 
     def _make_mount_ns(self, host: Host) -> None:
@@ -550,6 +570,33 @@ class VirtualCluster:
         ])
         sh(["nsenter", f"--net=/run/netns/{host.netns}", "unshare", f"--mount={host.mnt_ns}",
             f"--uts={host.uts_ns}", "--propagation", "private", "sh", "-c", script])
+
+    def _make_cpu_cgroup(self, host: Host) -> None:
+        for path in cpu_cgroup_dirs(host.name):
+            self._record("cgroup", path=str(path))
+            path.mkdir()
+        if (CGROUP_ROOT / "cgroup.controllers").exists():
+            (CGROUP_ROOT / "cgroup.subtree_control").write_text("+cpu")
+        self.set_cpus(self.cpus, host)
+
+    def set_cpus(self, cpus: float | None, host: Host | str | int | None = None) -> None:
+        """Cap a host (default: every host) at `cpus` CPUs; None lifts the cap."""
+        quota = round(cpus * CPU_PERIOD_US) if cpus is not None else None
+        for h in [self.host(host)] if host is not None else self.hosts:
+            limit = cpu_cgroup_dirs(h.name)[0]
+            if (limit / "cpu.max").exists():
+                (limit / "cpu.max").write_text(f"{quota or 'max'} {CPU_PERIOD_US}")
+            else:
+                (limit / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                (limit / "cpu.cfs_quota_us").write_text(str(quota or -1))
+
+    def cpu_seconds(self, host: Host | str | int) -> float:
+        """CPU time the host's processes have used (needs cpus= when the cluster was built)."""
+        account = cpu_cgroup_dirs(self.host(host).name)[-1]
+        if (account / "cpuacct.usage").exists():
+            return int((account / "cpuacct.usage").read_text()) / 1e9
+        usage = (account / "cpu.stat").read_text().split("\n", 1)[0].split()
+        return int(usage[1]) / 1e6
 
     def _start_sshd(self, host: Host) -> None:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privsep dir, shared
@@ -614,6 +661,9 @@ class VirtualCluster:
                 f"--uts={h.uts_ns}", "--"]
 
     def _exec(self, host, argv, **kw) -> subprocess.CompletedProcess:
+        if self.cpus is not None:  # everything a host runs counts against its CPU cap
+            procs = [d / "cgroup.procs" for d in cpu_cgroup_dirs(self.host(host).name)]
+            kw["preexec_fn"] = lambda: [p.write_text(str(os.getpid())) for p in procs]
         return sh([*self.nsenter_argv(host), *argv], **kw)
 
     def run(
@@ -708,6 +758,17 @@ class VirtualCluster:
         elif kind == "file":
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(r["path"])
+        elif kind == "cgroup":
+            # A killed process leaves its cgroup a moment after it is reaped.
+            for _ in range(100):
+                try:
+                    os.rmdir(r["path"])
+                    return
+                except FileNotFoundError:
+                    return
+                except OSError:
+                    time.sleep(0.05)
+            os.rmdir(r["path"])
 
 
 # ----- command line ---------------------------------------------------------------------
@@ -728,6 +789,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--slots", help="mpi_slots per host, e.g. 1,2,1 (default 1 each)")
     up.add_argument("--distinct-users", action="store_true", help="a different user name per host")
     up.add_argument("--shape", help="tc tbf rates, e.g. bridge0=10gbit,en0=1gbit")
+    up.add_argument("--cpus", type=float, help="cap each host at this many CPUs, e.g. 0.2")
     up.add_argument("--var", action="append", type=_parse_var, default=[], metavar="KEY=VALUE",
                     help="group var for the inventory (value parsed as YAML); repeatable")
     up.add_argument("--dir", required=True, help="new or empty directory for the cluster's files")
@@ -745,7 +807,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "up":
             slots = [int(s) for s in args.slots.split(",")] if args.slots else None
             vc = VirtualCluster(hosts=args.hosts, slots=slots, distinct_users=args.distinct_users,
-                                shape=args.shape, extra_vars=dict(args.var), workdir=args.dir)
+                                shape=args.shape, cpus=args.cpus, extra_vars=dict(args.var),
+                                workdir=args.dir)
             start = time.monotonic()
             vc.up()
             print(f"cluster {vc.id} up in {time.monotonic() - start:.1f}s: {vc.inventory}")
