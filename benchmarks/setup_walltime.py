@@ -6,10 +6,10 @@ Writes benchmarks/results/setup_walltime.md. Work runs in parallel across hosts,
 on 8 hosts should take at most about twice as long as on 2 (a sequential ssh loop: 4x).
 
 All virtual hosts share this machine's cores, so once those are busy the wall time follows the
-CPU work, which grows with the host count. The re-run is therefore timed twice more: with
---forks 1 (one host at a time), and with every host capped at --host-cpus CPUs, so each host
-keeps the same speed whatever the cluster size, as separate Macs do. The CPU time the hosts
-and the controller spent is recorded too.
+CPU work, which grows with the host count. The re-run is therefore also timed with every host
+capped at --host-cpus CPUs, so each host keeps the same speed whatever the cluster size, as
+separate Macs do; both ways also with --forks 1 (one host at a time, like an ssh loop). The CPU
+time the hosts and the controller spent is recorded too.
 """
 
 import argparse
@@ -55,7 +55,9 @@ def measure(size: int, host_cpus: float, pip_args: str, tmp: Path) -> dict:
         serial = timed_setup(vc, tmp / "serial", cmdline="--forks 1")
         vc.set_cpus(host_cpus)
         capped = timed_setup(vc, tmp / "capped")
-    return {"fresh": fresh, "rerun": rerun, "serial": serial, "capped": capped}
+        capped_serial = timed_setup(vc, tmp / "capped-serial", cmdline="--forks 1")
+    return {"fresh": fresh, "rerun": rerun, "serial": serial, "capped": capped,
+            "capped serial": capped_serial}
 
 
 def report(rows: dict[int, dict], sizes: str, host_cpus: float) -> str:
@@ -96,14 +98,16 @@ def report(rows: dict[int, dict], sizes: str, host_cpus: float) -> str:
         "cluster size, like a separate machine. The controller is not capped and shares what is",
         "left of the machine, as one laptop driving all Macs does.",
         "",
-        "| hosts | re-run (s) | re-run vs smallest | hosts' CPU (s) | controller CPU (s) |",
-        "|---:|---:|---:|---:|---:|",
+        "| hosts | re-run (s) | re-run vs smallest | hosts' CPU (s) | controller CPU (s) "
+        "| one host at a time (s) | one at a time / parallel |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, r in rows.items():
-        capped = r["capped"]
+        capped, serial = r["capped"], r["capped serial"]
         lines.append(
             f"| {n} | {capped['wall']:.0f} | {capped['wall'] / base['capped']['wall']:.2f}x "
-            f"| {capped['hosts_cpu']:.0f} | {capped['cpu'] - capped['hosts_cpu']:.0f} |"
+            f"| {capped['hosts_cpu']:.0f} | {capped['cpu'] - capped['hosts_cpu']:.0f} "
+            f"| {serial['wall']:.0f} | {serial['wall'] / capped['wall']:.2f}x |"
         )
     return "\n".join(lines) + "\n"
 
