@@ -1,6 +1,9 @@
 """roles/cluster/filter_plugins/mpi.py: Open MPI command lines for 4.x and 5.x."""
 
 import importlib.util
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -79,5 +82,19 @@ def test_zero_ranks_is_refused():
         mpi.mpirun_argv("/usr/bin/mpirun", "hf", 0, "4.1.4")
 
 
+def test_print_hostnames_appends_a_rank_that_prints_the_short_hostname_and_lingers():
+    argv = mpi.print_hostnames(["/usr/bin/mpirun", "-np", 1])
+    assert argv[:3] == ["/usr/bin/mpirun", "-np", "1"]
+    start = time.monotonic()
+    rank = subprocess.run(argv[3:], capture_output=True, text=True, check=True)
+    assert rank.stdout.strip() == socket.gethostname().split(".")[0]
+    # A rank that exits at once can hang Open MPI 5's mpirun (openpmix/prrte#1839).
+    assert time.monotonic() - start >= 0.9
+
+
 def test_filter_names():
-    assert set(mpi.FilterModule().filters()) == {"openmpi_interface_args", "mpirun_argv"}
+    assert set(mpi.FilterModule().filters()) == {
+        "openmpi_interface_args",
+        "mpirun_argv",
+        "print_hostnames",
+    }

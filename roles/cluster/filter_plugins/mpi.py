@@ -5,6 +5,12 @@ Pure functions, unit-tested in tests/unit/test_mpi_filters.py.
 
 import posixpath
 
+# Each rank prints its short hostname, then stays a second. Open MPI 5's daemons sometimes lose
+# a rank that exits right after it starts, and mpirun then hangs after every rank has finished
+# (openpmix/prrte#1839). Measured on 4 virtual hosts under load: `hostname` hung 10 of 40 runs,
+# with the pause 0 of 40.
+HOSTNAME_PROGRAM = ["sh", "-c", "hostname -s; sleep 1"]
+
 
 def _major(version):
     try:
@@ -47,9 +53,16 @@ def mpirun_argv(
     return argv
 
 
+def print_hostnames(argv):
+    """A launcher argv (mpirun_argv, or mpirun -np 1) plus the program that prints each rank's
+    hostname, for checks that count who answered (hostname_count_errors)."""
+    return [str(arg) for arg in argv] + HOSTNAME_PROGRAM
+
+
 class FilterModule:
     def filters(self):
         return {
             "openmpi_interface_args": openmpi_interface_args,
             "mpirun_argv": mpirun_argv,
+            "print_hostnames": print_hostnames,
         }
