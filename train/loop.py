@@ -149,9 +149,10 @@ def run(args, group):
             "samples_per_s": steps_run * args.batch_size / step_time,
             "comm_time_share": sync_time / step_time,
         }
-        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         report.plot(metrics.records(), args.out / "loss.png")
         if args.lora:
             lora.save_adapters(model, args.out / "adapters")
+        # Last: train.yml takes summary.json as the sign that the job is complete.
+        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         report.say(f"done in {summary['wall_time_s']:.1f}s: eval loss {eval_loss:.4f} accuracy "
                    f"{accuracy:.4f}; wrote summary.json, metrics.jsonl, loss.png in {args.out}")

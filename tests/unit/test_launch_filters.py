@@ -300,6 +300,16 @@ def test_time_limit_and_missing_summary_are_failures_too():
     assert launch.launch_failure_report(fine, "", {}, ["a"]) is None
 
 
+def test_launcher_stopped_after_the_job_finished_is_a_success():
+    # mpirun was TERMed because it outlived summary.json (prrte#1839): its rc and the messages it
+    # printed on the way out do not count; without summary.json the same stop is a failure.
+    hung = {"rc": 143, "timed_out": False, "time_limit": 60, "summary": True, "hung_at_exit": True}
+    assert launch.launch_failure_report(hung, OMPI5_SIGNAL, {}, ["a", "b"]) is None
+    unfinished = {**hung, "summary": False}
+    assert launch.launch_failure_report(unfinished, "", {}, ["a"]).startswith(
+        "Training failed: the launcher exited with code 143 without a summary.json")
+
+
 def test_summary_lines():
     summary = {"train_loss": 0.2, "eval_loss": 0.15, "eval_accuracy": 0.956, "world_size": 4,
                "steps": 60, "samples_per_s": 1234.5, "wall_time_s": 10.04}

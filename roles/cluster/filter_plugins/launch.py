@@ -369,9 +369,12 @@ def _tail(text, lines=TAIL_LINES):
 def launch_failure_report(job, launch_log, rank_logs, rank_hosts):
     """Why the job failed, naming the host and rank, with that rank's last lines; None if fine.
 
-    job: {rc, timed_out, time_limit, summary (bool: summary.json written)}.
+    job: {rc, timed_out, time_limit, summary (bool: summary.json written), hung_at_exit (bool:
+    the launcher was stopped because it outlived the finished job)}.
     rank_logs: {rank (int or str): log text}. launch_log: the launcher's own output.
     """
+    if job.get("hung_at_exit") and job["summary"]:
+        return None  # every rank finished; only the launcher's bookkeeping hung
     rank, reason = launch_failed_rank(launch_log)
     ok = not job["timed_out"] and int(job["rc"]) == 0 and rank is None and job["summary"]
     if ok:

@@ -4,8 +4,11 @@ Ansible prints a task's result only when the task ends, so progress would appear
 This action polls the job's log on the launch host with one cheap shell command per interval
 and shows each new line immediately (Display messages from a worker reach the terminal and
 ansible-runner's event stream as they are made). It returns when the job has written its exit
-status, or stops the job when the time limit passes. It never fails the task itself: the play
-decides what a non-zero exit means after fetching every rank's log.
+status, or stops the job when the time limit passes. It also stops a launcher that outlives its
+finished job: Open MPI 5's mpirun sometimes never exits after every rank has (openpmix/prrte#1839),
+so once the `done` file (rank 0's summary.json) exists, mpirun gets `exit_grace` seconds.
+It never fails the task itself: the play decides what a non-zero exit means after fetching every
+rank's log.
 """
 
 import shlex
@@ -19,12 +22,15 @@ from ansible.utils.display import Display
 display = Display()
 
 RUNNING = "running"
+FINISHED = "finished"  # the done file exists, the launcher has not exited yet
 GRACE_SECONDS = 30  # after the time limit: TERM, then this long before KILL
 
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("log", "status", "pid", "time_limit", "interval", "label"))
+    _VALID_ARGS = frozenset(
+        ("log", "status", "pid", "time_limit", "interval", "label", "done", "exit_grace")
+    )
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -34,25 +40,39 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"launch_follow needs {', '.join(missing)}")
         time_limit = float(args["time_limit"])
         interval = float(args.get("interval", 2))
+        exit_grace = float(args.get("exit_grace", 60))
         label = args.get("label") or self._task.delegate_to or task_vars.get("inventory_hostname")
 
         start = time.monotonic()
-        offset, pending, lines, stopped = 0, b"", 0, None
+        offset, pending, lines = 0, b"", 0
+        stopped, stop_reason, finished = None, None, None
         while True:
-            status, data = self._poll(args["status"], args["log"], offset)
+            status, data = self._poll(args["status"], args["log"], offset, args.get("done"))
             offset += len(data)
             *complete, pending = (pending + data).split(b"\n")
             for line in complete:
                 display.display(f"[{label}] {to_text(line, errors='surrogate_or_replace')}")
             lines += len(complete)
-            if status != RUNNING:
+            if status not in (RUNNING, FINISHED):
                 break
             elapsed = time.monotonic() - start
-            if elapsed > time_limit and stopped is None:
-                display.warning(f"time limit of {time_limit:.0f} s reached: stopping the job")
-                self._signal(args["pid"], "TERM")
-                stopped = elapsed
-            elif stopped is not None and elapsed > stopped + GRACE_SECONDS:
+            if status == FINISHED and finished is None:
+                finished = elapsed
+            if stopped is None:
+                if elapsed > time_limit:
+                    stop_reason = "time_limit"
+                    display.warning(f"time limit of {time_limit:.0f} s reached: stopping the job")
+                elif finished is not None and elapsed > finished + exit_grace:
+                    stop_reason = "hung_at_exit"
+                    display.warning(
+                        f"the job finished ({args['done']} written) but the launcher has not "
+                        f"exited {exit_grace:.0f} s later: stopping it (Open MPI 5 can hang after "
+                        "the application completes, openpmix/prrte#1839)"
+                    )
+                if stop_reason:
+                    self._signal(args["pid"], "TERM")
+                    stopped = elapsed
+            elif elapsed > stopped + GRACE_SECONDS:
                 self._signal(args["pid"], "KILL")
                 status = "137"
                 break
@@ -62,19 +82,24 @@ class ActionModule(ActionBase):
         result.update(
             changed=False,
             exit_status=int(status) if status.lstrip("-").isdigit() else -1,
-            timed_out=stopped is not None,
+            timed_out=stop_reason == "time_limit",
+            hung_at_exit=stop_reason == "hung_at_exit",
             lines=lines,
             elapsed=round(time.monotonic() - start, 1),
         )
         return result
 
-    def _poll(self, status_path, log_path, offset):
-        """(exit status or 'running', new log bytes after offset) in one remote command.
+    def _poll(self, status_path, log_path, offset, done_path=None):
+        """(exit status, 'finished' or 'running'; new log bytes after offset) in one command.
 
         The status is read before the log, so once it exists the log read after it is complete.
         """
+        not_exited = f"echo {RUNNING}"
+        if done_path:
+            done = shlex.quote(done_path)
+            not_exited = f"{{ test -e {done} && echo {FINISHED} || {not_exited}; }}"
         command = (
-            f"cat {shlex.quote(status_path)} 2>/dev/null || echo {RUNNING}; "
+            f"cat {shlex.quote(status_path)} 2>/dev/null || {not_exited}; "
             f"tail -c +{offset + 1} {shlex.quote(log_path)} 2>/dev/null; true"
         )
         res = self._low_level_execute_command(command, sudoable=False)
