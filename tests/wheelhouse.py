@@ -81,6 +81,7 @@ def _download(root: Path) -> None:
         + wheels_for_hosts.split()
         + list(REQUIREMENTS),
         check=True,
+        stdout=sys.stderr,  # pip's progress; stdout carries only the answer (Molecule reads it)
     )
 
 
