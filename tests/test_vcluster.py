@@ -63,6 +63,14 @@ def test_hosts_have_own_hostname_home_host_keys_and_ssh_login(vcluster):
     assert vc.run(h2, f"test -e {marker}", check=False).returncode == 1
     assert not Path(marker).exists()
 
+    tmp_marker = f"/tmp/vcluster-{vc.id}-marker"  # each host its own /tmp
+    vc.run(h1, f"touch {tmp_marker}", user=h1.user)
+    assert vc.run(h1, f"test -e {tmp_marker}", check=False).returncode == 0
+    assert vc.run(h2, f"test -e {tmp_marker}", check=False).returncode == 1
+    assert not Path(tmp_marker).exists()
+    for h in vc.hosts:
+        assert vc.run(h, f"cat {h.workdir}/hosts").stdout.endswith(f"\t{h.name}\n")
+
     keys = [vc.run(h, "cat /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()[1] for h in vc.hosts]
     own = Path("/etc/ssh/ssh_host_ed25519_key.pub")
     assert len({*keys, own.read_text().split()[1] if own.exists() else ""}) == 3

@@ -13,8 +13,9 @@ removes exactly what `up` made, even after a crash halfway.
     python -m tests.vcluster down --dir DIR
     python -m tests.vcluster list
 
-Inside a host: /etc/ssh, /home/<user>, /etc/hosts and /dev/shm are the host's own, /root is a
-per-host copy-on-write overlay, everything else (/tmp, /usr, /etc) is the machine's. Hosts have
+Inside a host: /etc/ssh, /home/<user>, /etc/hosts, /tmp and /dev/shm are the host's own, /root is
+a per-host copy-on-write overlay, everything else (/usr, /etc, /opt) is the machine's; DIR stays
+at its path. Hosts have
 no default route (only 198.18.<k>.0/24 on en0), so nothing they send can leave the machine.
 With --cpus, each host (its sshd and all it starts) runs in its own CPU cgroup capped at that
 many CPUs, so hosts keep a fixed speed however many share this machine, as separate Macs do.
@@ -509,6 +510,10 @@ class VirtualCluster:
         )
         for layer in ("upper", "work"):
             (hdir / "root" / layer).mkdir(parents=True, mode=0o700)
+        (hdir / "tmp").mkdir()
+        (hdir / "tmp").chmod(0o1777)
+        if self.dir.is_relative_to("/tmp"):
+            (hdir / "tmp" / self.dir.relative_to("/tmp")).mkdir(parents=True)
         hosts = Path("/etc/hosts").read_text()
         (hdir / "hosts").write_text(f"{hosts.rstrip()}\n127.0.1.1\t{host.name}\n")
 
@@ -567,6 +572,11 @@ class VirtualCluster:
             # Root's files stay visible (pyenv lives there) but writes stay on this host.
             f"mount -t overlay overlay -o lowerdir=/root,upperdir={hdir}/root/upper,"
             f"workdir={hdir}/root/work /root",
+            # Its own /tmp, as a separate machine has: MLX's CPU kernel cache there belongs to
+            # whoever made it first. The cluster's directory stays at its path inside.
+            *([f"mount --bind {self.dir} {hdir}/tmp/{self.dir.relative_to('/tmp')}"]
+              if self.dir.is_relative_to("/tmp") else []),
+            f"mount --rbind {hdir}/tmp /tmp",
         ])
         sh(["nsenter", f"--net=/run/netns/{host.netns}", "unshare", f"--mount={host.mnt_ns}",
             f"--uts={host.uts_ns}", "--propagation", "private", "sh", "-c", script])
