@@ -15,8 +15,8 @@ removes exactly what `up` made, even after a crash halfway.
 
 Inside a host: /etc/ssh, /home/<user>, /etc/hosts, /tmp and /dev/shm are the host's own, /root is
 a per-host copy-on-write overlay, everything else (/usr, /etc, /opt) is the machine's; DIR stays
-at its path. Hosts have
-no default route (only 198.18.<k>.0/24 on en0), so nothing they send can leave the machine.
+at its path. Hosts have no default route (only 198.18.<k>.0/24 on en0), so nothing they send
+can leave the machine.
 With --cpus, each host (its sshd and all it starts) runs in its own CPU cgroup capped at that
 many CPUs, so hosts keep a fixed speed however many share this machine, as separate Macs do.
 """
