@@ -90,9 +90,11 @@ def test_mlx_launch_runs_two_ranks_from_the_default_hosts_json(tmp_path):
     pytest.importorskip("mlx.core")
     path = tmp_path / "hosts.json"
     path.write_text(render("hosts.json.j2", {"localhost": {"mpi_slots": 2}}))
+    # One write per rank: mlx.launch relays both ranks' unbuffered output into one stream, and
+    # print() writes its pieces one by one (seen here: "sumsum 2 2.0\n 2 2.0").
     program = (
-        "import mlx.core as mx; g = mx.distributed.init(); "
-        "print('sum', g.size(), mx.distributed.all_sum(mx.array(1.0)).item())"
+        "import sys, mlx.core as mx; g = mx.distributed.init(); "
+        "sys.stdout.write(f'sum {g.size()} {mx.distributed.all_sum(mx.array(1.0)).item()}\\n')"
     )
     bindir = Path(sys.executable).parent
     result = subprocess.run(
