@@ -20,9 +20,9 @@ import threading
 import time
 from pathlib import Path
 
-from tests.playbook import ROOT, run_playbook
-from tests.vcluster import VirtualCluster
-from tests.wheelhouse import offline_pip_args
+from tools.playbook import ROOT, run_playbook
+from tools.vcluster import VirtualCluster
+from tools.wheelhouse import offline_pip_args
 
 RESULTS = Path(__file__).parent / "results" / "launch_overhead.md"
 LIBMPI = "/usr/lib/x86_64-linux-gnu/libmpi.so.40"  # Debian's Open MPI 4.1 (the apt install)

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from tempfile import TemporaryDirectory
 
-from tests.playbook import run_playbook
-from tests.vcluster import VirtualCluster
-from tests.wheelhouse import offline_pip_args
+from tools.playbook import run_playbook
+from tools.vcluster import VirtualCluster
+from tools.wheelhouse import offline_pip_args
 
 RESULTS = Path(__file__).parent / "results" / "setup_walltime.md"
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: `vcluster`, a factory of virtual Thunderbolt clusters (tests/vcluster.py)."""
+"""Shared fixtures: `vcluster`, a factory of virtual Thunderbolt clusters (tools/vcluster.py)."""
 
 import os
 import shutil
@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from tests.vcluster import VirtualCluster
+from tools.vcluster import VirtualCluster
 
 
 def cluster_unavailable() -> str | None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.vcluster import ClusterError, VirtualCluster, cpu_cgroup_dirs
+from tools.vcluster import ClusterError, VirtualCluster, cpu_cgroup_dirs
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,7 +109,7 @@ def test_bridge0_is_a_segment_between_hosts_only(vcluster):
 
 def test_cli_builds_distinct_users_shaped_links_and_down_removes_everything(tmp_path):
     workdir = tmp_path / "vc"
-    cli = [sys.executable, "-m", "tests.vcluster"]
+    cli = [sys.executable, "-m", "tools.vcluster"]
     up = subprocess.run(
         [*cli, "up", "--hosts", "3", "--distinct-users", "--shape", "bridge0=10gbit,en0=1gbit",
          "--var", "python_env_pip_extra_args=--no-index", "--var", "flag=true",

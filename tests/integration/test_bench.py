@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.playbook import run_playbook
-from tests.wheelhouse import offline_pip_args
+from tools.playbook import run_playbook
+from tools.wheelhouse import offline_pip_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cluster_unavailable
-from tests.playbook import run_playbook
-from tests.vcluster import VirtualCluster, sh, tbf_args
-from tests.wheelhouse import offline_pip_args
+from tools.playbook import run_playbook
+from tools.vcluster import VirtualCluster, sh, tbf_args
+from tools.wheelhouse import offline_pip_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

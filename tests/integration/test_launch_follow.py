@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.playbook import ROOT, run_playbook
+from tools.playbook import ROOT, run_playbook
 
 PLAYBOOK = """\
 - name: Follow the stand-in job

@@ -4,8 +4,8 @@ import textwrap
 
 import pytest
 
-from tests.playbook import run_playbook
-from tests.wheelhouse import offline_pip_args
+from tools.playbook import run_playbook
+from tools.wheelhouse import offline_pip_args
 
 
 def write_inventory(path, hosts: dict) -> str:

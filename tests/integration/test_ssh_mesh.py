@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.playbook import run_playbook
+from tools.playbook import run_playbook
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.playbook import ROOT, run_playbook
+from tools.playbook import ROOT, run_playbook
 
 MACOS_INVENTORY = os.environ.get("MLX_CLUSTER_MACOS_INVENTORY", "")
 

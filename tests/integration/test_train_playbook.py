@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import cluster_unavailable
-from tests.playbook import run_playbook
-from tests.vcluster import VirtualCluster
-from tests.wheelhouse import offline_pip_args
+from tools.playbook import run_playbook
+from tools.vcluster import VirtualCluster
+from tools.wheelhouse import offline_pip_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -7,11 +7,11 @@ sshd. `en0` sits on a management bridge in the root namespace (the controller, 1
 controller is not on. Everything is recorded in DIR/state.json before it is created, so `down`
 removes exactly what `up` made, even after a crash halfway.
 
-    python -m tests.vcluster up --hosts 2 [--slots 1,2] [--distinct-users]
+    python -m tools.vcluster up --hosts 2 [--slots 1,2] [--distinct-users]
         [--shape bridge0=10gbit,en0=1gbit] [--cpus 0.2] [--var key=value ...] --dir DIR
-    python -m tests.vcluster run --dir DIR [--user] HOST -- CMD...
-    python -m tests.vcluster down --dir DIR
-    python -m tests.vcluster list
+    python -m tools.vcluster run --dir DIR [--user] HOST -- CMD...
+    python -m tools.vcluster down --dir DIR
+    python -m tools.vcluster list
 
 Inside a host: /etc/ssh, /home/<user>, /etc/hosts, /tmp and /dev/shm are the host's own, /root is
 a per-host copy-on-write overlay, everything else (/usr, /etc, /opt) is the machine's; DIR stays
@@ -659,7 +659,7 @@ class VirtualCluster:
             }
         }
         Path(self.inventory).write_text(
-            f"# virtual cluster {self.id}; remove: python -m tests.vcluster down --dir {self.dir}\n"
+            f"# virtual cluster {self.id}; remove: python -m tools.vcluster down --dir {self.dir}\n"
             + yaml.safe_dump(inventory, sort_keys=False)
         )
 
@@ -791,7 +791,7 @@ def _parse_var(item: str) -> tuple[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.vcluster", description=__doc__.split("\n")[0]
+        prog="python -m tools.vcluster", description=__doc__.split("\n")[0]
     )
     sub = parser.add_subparsers(dest="action", required=True)
     up = sub.add_parser("up", help="build a cluster and write DIR/inventory.yml")

@@ -5,7 +5,7 @@ binary wheels for exactly that and pass `--no-index --find-links=<path>` to thei
 `python -m venv` seeds pip from the interpreter's bundled wheel (ensurepip), so pip itself is
 not needed here; we add pip, setuptools and wheel anyway so tools that upgrade them stay offline.
 
-    python -m tests.wheelhouse [PATH]
+    python -m tools.wheelhouse [PATH]
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Tools shared by tests, benchmarks and Molecule: virtual cluster, wheelhouse, playbook runner."""
