@@ -5,16 +5,8 @@ A result is {"network", "interface", "backend", "links", "ranks", "sizes", "seco
 Pure functions, unit-tested in tests/unit/test_bench_filters.py.
 """
 
-import importlib.util
 import ipaddress
 import json
-from pathlib import Path
-
-# The doctor's reading of Open MPI's error output (roles/cluster/filter_plugins/doctor.py).
-_SPEC = importlib.util.spec_from_file_location(
-    "doctor_filters", Path(__file__).resolve().parents[2] / "cluster/filter_plugins/doctor.py")
-_DOCTOR = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(_DOCTOR)
 
 MLX_BACKENDS = ("mpi", "ring")  # what train.yml can launch; mpi4py is the reference
 
@@ -100,14 +92,11 @@ def bench_ring_hostfile(ips, port):
 
 
 def _why(result):
-    """Short reason a run failed: its time bound, or the gist of what it printed."""
-    if _DOCTOR.doctor_timed_out(result):
+    """Short reason a run failed: its time bound, or the gist of what it printed (result read
+    through the shared `command_result` filter)."""
+    if result["timed_out"]:
         return "hung, stopped at the time bound"
-    for stream in ("stderr", "stdout"):
-        gist = _DOCTOR._summary(result.get(stream))
-        if gist:
-            return gist
-    return str(result.get("msg") or f"rc={result.get('rc')}")
+    return result["gist"] or str(result.get("msg") or f"rc={result.get('rc')}")
 
 
 def bench_hostfile_hosts(ips):
@@ -196,14 +185,15 @@ def bench_recommend(results, min_fraction=0.8):
 
 
 def bench_launch_vars(recommendation):
-    """train.yml variables (roles/launch) that apply the recommendation."""
+    """train.yml extra vars that apply the recommendation, under the names users type with -e
+    (so a later -e on the same command line wins over them)."""
     if not recommendation:
         return {}
     links = int(recommendation["btl_tcp_links"])
     return {
-        "launch_backend": recommendation["backend"],
-        "launch_mpi_extra_args": ["--mca", "btl_tcp_links", str(links)] if links > 1 else [],
-        "launch_grad_bucket_bytes": int(recommendation["bucket_bytes"]),
+        "backend": recommendation["backend"],
+        "mpi_extra_args": ["--mca", "btl_tcp_links", str(links)] if links > 1 else [],
+        "grad_bucket_bytes": int(recommendation["bucket_bytes"]),
     }
 
 

@@ -8,8 +8,6 @@ import errno
 import hashlib
 import json
 import os
-import posixpath
-import re
 
 # Check id -> title, in the order the report lists them.
 CHECKS = {
@@ -120,44 +118,15 @@ def doctor_row(check, target, ok, detail="", reason=None, status=None):
     }
 
 
-def doctor_timed_out(result):
-    """True when an async-bounded task or a concurrent_commands command hit its time limit."""
-    result = result or {}
-    msg = str(result.get("msg", ""))
-    return bool(result.get("timed_out")) or "Timeout exceeded" in msg or (
-        "did not complete within the requested time" in msg)
-
-
-def _last_line(text, limit=160):
-    """Last line that says something (Open MPI frames its messages with lines of dashes)."""
-    lines = [line.strip() for line in str(text or "").splitlines()
-             if any(c.isalnum() for c in line)]
-    line = lines[-1] if lines else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _summary(text):
-    """The gist of an error output: the start of Open MPI's first framed message, which says
-    what went wrong (its trailing lines are generic), else the last line that says something."""
-    lines = [line.strip() for line in str(text or "").splitlines()]
-    frames = [i for i, line in enumerate(lines) if line and set(line) == {"-"}]
-    if len(frames) >= 2:
-        block = [line for line in lines[frames[0] + 1:frames[1]] if line]
-        if block:
-            # "Open RTE was unable to open the hostfile:" needs its next line, the path.
-            gist = " ".join(block[:2]) if block[0].endswith(":") else block[0]
-            return gist if len(gist) <= 200 else gist[:197] + "..."
-    return _last_line(text)
-
-
 def doctor_command_row(result, check, target, bound=None, expect=None):
-    """Row for a bounded command: failed on timeout, non-zero rc, or stdout lacking `expect`."""
-    result = result or {}
-    if doctor_timed_out(result):
+    """Row for a bounded command: failed on timeout, non-zero rc, or stdout lacking `expect`.
+
+    result: a registered result read through the shared `command_result` filter."""
+    if result["timed_out"]:
         return doctor_row(check, target, False, f"hung, stopped after {bound}s", "timeout")
     stdout = str(result.get("stdout", ""))
     if result.get("rc", 1 if result.get("failed") else 0) != 0 or result.get("failed"):
-        why = _summary(result.get("stderr")) or _last_line(stdout) or result.get("msg", "")
+        why = result["gist"] or result.get("msg", "")
         if not why or why == "Error executing command.":  # the program could not be started
             cmd = result.get("cmd") or "?"
             program = cmd.split()[0] if isinstance(cmd, str) else cmd[0]
@@ -167,19 +136,19 @@ def doctor_command_row(result, check, target, bound=None, expect=None):
         rc = f"rc={result['rc']}: " if result.get("rc") is not None else ""
         return doctor_row(check, target, False, f"{rc}{why}", "error")
     if expect is not None and str(expect) not in stdout:
-        return doctor_row(check, target, False, f"expected {expect!r}, got {_last_line(stdout)!r}",
-                          "unexpected")
-    return doctor_row(check, target, True, _last_line(stdout))
+        got = result["stdout_last"]
+        return doctor_row(check, target, False, f"expected {expect!r}, got {got!r}", "unexpected")
+    return doctor_row(check, target, True, result["stdout_last"])
 
 
 def doctor_ssh_reason(result, expected_hostname=None):
-    """Classify one `ssh -o BatchMode=yes -o StrictHostKeyChecking=yes <addr> hostname` result."""
-    result = result or {}
-    if doctor_timed_out(result):
+    """Classify one `ssh -o BatchMode=yes -o StrictHostKeyChecking=yes <addr> hostname` result
+    (read through `command_result`)."""
+    if result["timed_out"]:
         return "timeout"
     stderr = str(result.get("stderr", ""))
     if result.get("rc", 0) == 0 and not result.get("failed"):
-        got = _last_line(result.get("stdout")).split(".")[0]
+        got = result["stdout_last"].split(".")[0]
         if expected_hostname and got != str(expected_hostname).split(".")[0]:
             return "wrong_host"
         return "ok"
@@ -205,10 +174,10 @@ def doctor_ssh_row(result, source, dest, address, expected_hostname=None):
     reason = doctor_ssh_reason(result, expected_hostname)
     target = f"{source} -> {dest}"
     if reason == "ok":
-        return doctor_row("ssh", target, True, f"{address}: {_last_line(result.get('stdout'))}")
-    why = SSH_DETAIL.get(reason) or _last_line((result or {}).get("stderr")) or "no connection"
+        return doctor_row("ssh", target, True, f"{address}: {result['stdout_last']}")
+    why = SSH_DETAIL.get(reason) or result["stderr_last"] or "no connection"
     if reason == "wrong_host":
-        why += f" {_last_line(result.get('stdout'))!r}, expected {expected_hostname!r}"
+        why += f" {result['stdout_last']!r}, expected {expected_hostname!r}"
     return doctor_row("ssh", target, False, f"{address}: {why}", reason)
 
 
@@ -245,82 +214,6 @@ def doctor_iface_row(facts, host, interface, expected_ip):
         return doctor_row("tb_iface", host, False,
                           f"{interface} has {have}, expected {expected_ip}", "address")
     return doctor_row("tb_iface", host, True, f"{interface} up, {expected_ip}")
-
-
-def _entries(lines):
-    """Parse Open MPI hostfile text into [(address, slots)]; comments and blanks skipped."""
-    result = []
-    for line in str(lines).splitlines():
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        fields = line.split()
-        slots = 1
-        for field in fields[1:]:
-            match = re.fullmatch(r"(?:slots|max_slots)=(\d+)", field)
-            if match and field.startswith("slots"):
-                slots = int(match.group(1))
-        result.append((fields[0], slots))
-    return result
-
-
-def doctor_hostfile_problems(text, hosts):
-    """What differs between a rendered Open MPI hostfile and the cluster_hosts entries."""
-    expected = [(h["mpi_address"], h["slots"]) for h in hosts if h["slots"] > 0]
-    found = _entries(text)
-    problems = []
-    for address, slots in expected:
-        match = [s for a, s in found if a == address]
-        if not match:
-            problems.append(f"{address} missing")
-        elif match[0] != slots:
-            problems.append(f"{address} has slots={match[0]}, inventory says {slots}")
-    known = {a for a, _ in expected}
-    problems += [f"{a} is not in the inventory (or has mpi_slots 0)" for a, _ in found
-                 if a not in known]
-    if not problems and [a for a, _ in found] != [a for a, _ in expected]:
-        problems.append("hosts are out of inventory order (rank 0 must be the launch host)")
-    return problems
-
-
-def doctor_hosts_json_problems(text, expected_entries):
-    """What differs between hosts.json and mlx_hostfile_entries(cluster_hosts)."""
-    try:
-        found = json.loads(text)
-    except ValueError as err:
-        return [f"not valid JSON: {err}"]
-    if found == expected_entries:
-        return []
-    got = [e.get("ssh") if isinstance(e, dict) else e for e in found or []]
-    want = [e["ssh"] for e in expected_entries]
-    if got != want:
-        return [f"ssh entries {got}, inventory gives {want}"]
-    return ["ips differ: " + json.dumps(found) + " vs " + json.dumps(expected_entries)]
-
-
-def doctor_tree_digest(files, root):
-    """{relative path: sha1} of ansible.builtin.find results (get_checksum) under root."""
-    root = str(root).rstrip("/")
-    tree = {}
-    for entry in files or []:
-        rel = posixpath.relpath(entry["path"], root)
-        if "__pycache__" in rel.split("/"):
-            continue
-        tree[rel] = entry.get("checksum")
-    return tree
-
-
-def doctor_tree_diff(tree, reference):
-    """Paths that differ between two doctor_tree_digest maps, each with how."""
-    diff = []
-    for path in sorted(set(tree) | set(reference)):
-        if path not in tree:
-            diff.append(f"{path} missing")
-        elif path not in reference:
-            diff.append(f"{path} extra")
-        elif tree[path] != reference[path]:
-            diff.append(f"{path} modified")
-    return diff
 
 
 def doctor_digest(value):
@@ -385,14 +278,6 @@ def doctor_link_table(matrix, by_hostname):
     return "\n".join(lines)
 
 
-def doctor_rank_program(layout):
-    """argv prefix that runs the environment's Python on every rank, from launch.py's
-    launch_layout (homes may differ between hosts, so a shell expands $HOME on each)."""
-    if layout.get("error"):
-        raise ValueError(layout["error"])
-    return ["/bin/sh", "-c", f'cd {layout["work_dir"]} && exec {layout["python"]} "$@"', "python"]
-
-
 def _order(row):
     return list(CHECKS).index(row["check"])
 
@@ -438,16 +323,10 @@ class FilterModule:
             "doctor_digest": doctor_digest,
             "doctor_env_diff": doctor_env_diff,
             "doctor_failed": doctor_failed,
-            "doctor_hostfile_problems": doctor_hostfile_problems,
-            "doctor_hosts_json_problems": doctor_hosts_json_problems,
             "doctor_iface_row": doctor_iface_row,
             "doctor_link_rows": doctor_link_rows,
             "doctor_link_table": doctor_link_table,
-            "doctor_rank_program": doctor_rank_program,
             "doctor_row": doctor_row,
             "doctor_ssh_row": doctor_ssh_row,
             "doctor_table": doctor_table,
-            "doctor_timed_out": doctor_timed_out,
-            "doctor_tree_diff": doctor_tree_diff,
-            "doctor_tree_digest": doctor_tree_digest,
         }

@@ -1,8 +1,12 @@
 """Jinja filters that plan and judge a training launch (roles/launch, playbooks/train.yml).
 
-Pure functions over plain data (cluster_hosts entries from inventory.py plus per-host facts),
-unit-tested in tests/unit/test_launch_filters.py. The mpirun part of the command comes from
-mpi.py's mpirun_argv; these filters add what is specific to running `python -m train`.
+Pure functions over plain data (cluster_hosts entries plus per-host facts), unit-tested in
+tests/unit/test_launch_filters.py. The mpirun part of the command comes from the shared mpi.py's
+mpirun_argv; these filters add what is specific to running `python -m train`.
+
+A request is one dict under the names users type with -e (the `request` options of
+meta/argument_specs.yml). Every option that is not the launcher's own becomes the train flag of
+the same name (grad_bucket_bytes -> --grad-bucket-bytes), so a new train flag needs no code here.
 """
 
 import posixpath
@@ -10,6 +14,8 @@ import re
 import shlex
 
 BACKENDS = ("mpi", "ring")
+# Options of the launch itself; every other request option is a `python -m train` flag.
+LAUNCHER_OPTIONS = ("run_name", "np", "backend", "mpi_extra_args", "time_limit")
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
@@ -65,6 +71,22 @@ def launch_extra_args(value):
     return [str(arg) for arg in value]
 
 
+def launch_request(spec, values):
+    """The request: {option: the value given with -e, else the spec's default, else None}.
+
+    spec: the `request` options of meta/argument_specs.yml; values: the extra vars in that order.
+    A bool option given as text ("true", "no") becomes a bool; a bad value is left for
+    launch_request_errors to name.
+    """
+    request = {}
+    for (name, option), value in zip(spec.items(), values, strict=True):
+        value = value if _given(value) else option.get("default")
+        if option.get("type") == "bool" and _bool(value) is not None:
+            value = _bool(value)
+        request[name] = value
+    return request
+
+
 def launch_np(value, hosts):
     """Ranks to start: the np the user gave, else every slot of the cluster."""
     total = sum(h["slots"] for h in hosts)
@@ -78,7 +100,8 @@ def launch_request_errors(request, hosts):
     hosts: cluster_hosts entries. An empty list means the request can be launched.
     """
     errors = []
-    positive = {"steps": 1, "batch_size": 1, "seed": 0, "time_limit": 1, "grad_bucket_bytes": 0}
+    positive = {"steps": 1, "batch_size": 1, "seed": 0, "time_limit": 1, "grad_bucket_bytes": 0,
+                "eval_every": 0, "checkpoint_every": 0, "log_every": 1}
     for name, minimum in positive.items():
         value = request.get(name)
         if _given(value) and _int(value, minimum) is None:
@@ -162,52 +185,13 @@ def launch_run_name(model, stamp):
 # ---------------------------------------------------------------- per-host consistency
 
 
-def _relative(path, base):
-    """path relative to base when inside it, else None."""
-    path, base = posixpath.normpath(path), posixpath.normpath(base)
-    if path == base:
-        return "."
-    return posixpath.relpath(path, base) if path.startswith(base.rstrip("/") + "/") else None
+def launch_consistency_errors(infos, layout, backend="mpi"):
+    """Hosts that would run a different Open MPI or train/ package than the others.
 
-
-def launch_layout(infos):
-    """How a rank finds its work directory and Python, the same words on every host.
-
-    infos: per ranked host {name, home, work_dir, python_env}. Hosts may have different users
-    and homes (/Users/alice, /home/bob), so a single absolute path does not fit all of them.
-    Returns {work_dir: shell word, python: shell word, error: None or the reason}.
+    infos: per ranked host {name, openmpi_version, openmpi_prefix, train_diff (tree_diff of its
+    train/ against the controller's)}; layout: cluster_layout of the ranked hosts.
     """
-    work_dirs = {i["work_dir"] for i in infos}
-    if len(work_dirs) == 1:
-        work_dir = shlex.quote(work_dirs.pop())
-    else:
-        rels = {_relative(i["work_dir"], i["home"]) for i in infos}
-        if len(rels) != 1 or None in rels:
-            return {"work_dir": None, "python": None, "error": _paths_error(infos, "work_dir")}
-        work_dir = '"$HOME"/' + shlex.quote(rels.pop())
-    pythons = {_relative(i["python_env"], i["work_dir"]) for i in infos}
-    if len(pythons) == 1 and None not in pythons:
-        python = shlex.quote(posixpath.join(pythons.pop(), "bin", "python"))
-    elif len({i["python_env"] for i in infos}) == 1:
-        python = shlex.quote(posixpath.join(infos[0]["python_env"], "bin", "python"))
-    else:
-        return {"work_dir": None, "python": None, "error": _paths_error(infos, "python_env")}
-    return {"work_dir": work_dir, "python": python, "error": None}
-
-
-def _paths_error(infos, key):
-    paths = ", ".join(f"{i['name']}: {i[key]}" for i in infos)
-    what = "cluster_work_dir" if key == "work_dir" else "cluster_python_env"
-    return (
-        f"{what} differs between hosts in a way one command cannot express ({paths}) — set "
-        f"{what} to the same path, or the same path relative to each home, on every host"
-    )
-
-
-def launch_consistency_errors(infos, controller_hash, backend="mpi"):
-    """Hosts that would run a different Open MPI or train/ package than the others."""
     errors = []
-    layout = launch_layout(infos)
     if layout["error"]:
         errors.append(layout["error"])
     if backend == "mpi":
@@ -221,52 +205,34 @@ def launch_consistency_errors(infos, controller_hash, backend="mpi"):
                     "one prefix and mixed versions break the wire protocol; install the same "
                     "Open MPI everywhere (re-run setup.yml)"
                 )
-    stale = [i["name"] for i in infos if i["train_hash"] != controller_hash]
+    stale = {i["name"]: i["train_diff"] for i in infos if i["train_diff"]}
     if stale:
+        listing = "; ".join(f"{name}: {', '.join(diff[:3])}" for name, diff in stale.items())
         errors.append(
             f"train/ package on {', '.join(stale)} differs from the controller's train/ "
-            f"(content hash {controller_hash[:12]}) — re-run setup.yml to copy it to every host"
+            f"({listing}) — re-run setup.yml to copy it to every host"
         )
     return errors
-
-
-def launch_hostfile_errors(text, hosts, path):
-    """The rendered Open MPI hostfile must list exactly the inventory's ranked hosts."""
-    found = [
-        " ".join(line.split())
-        for line in text.splitlines()
-        if line.strip() and not line.lstrip().startswith("#")
-    ]
-    expected = [f"{h['mpi_address']} slots={h['slots']}" for h in hosts if h["slots"] > 0]
-    if found == expected:
-        return []
-    return [
-        f"hostfile {path} does not match the inventory (expected: {'; '.join(expected)}; found: "
-        f"{'; '.join(found) or 'nothing'}) — re-run setup.yml to render it again"
-    ]
 
 
 # ---------------------------------------------------------------- the command
 
 
 def launch_train_args(request, out, data=None, model=None):
-    """`python -m train` flags for the values the user gave (the package has defaults).
+    """`python -m train` flags for the values the user gave (the package has defaults): each
+    option that is not the launcher's, under its own name (batch_size -> --batch-size).
 
     data / model: the per-host path of a controller path copied to every host, if any.
     """
     args = []
-    flags = (("model", "--model"), ("dataset", "--dataset"), ("data", "--data"),
-             ("steps", "--steps"), ("batch_size", "--batch-size"), ("lr", "--lr"),
-             ("seed", "--seed"), ("grad_bucket_bytes", "--grad-bucket-bytes"))
     copied = {"data": data, "model": model}
-    for key, flag in flags:
-        value = copied.get(key) or request.get(key)
-        if _given(value):
-            args += [flag, str(value)]
-    args += ["--out", str(out)]
-    if _bool(request.get("resume")):
-        args.append("--resume")
-    return args
+    for name, given in request.items():
+        value = copied.get(name) or given
+        if name in LAUNCHER_OPTIONS or not _given(value) or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        args += [flag] if value is True else [flag, str(value)]
+    return args + ["--out", str(out)]
 
 
 def launch_rank_program(layout, log_dir):
@@ -424,13 +390,12 @@ class FilterModule:
             "launch_extra_args": launch_extra_args,
             "launch_failed_rank": launch_failed_rank,
             "launch_failure_report": launch_failure_report,
-            "launch_hostfile_errors": launch_hostfile_errors,
-            "launch_layout": launch_layout,
             "launch_mpi_options": launch_mpi_options,
             "launch_np": launch_np,
             "launch_path_name": launch_path_name,
             "launch_rank_hosts": launch_rank_hosts,
             "launch_rank_program": launch_rank_program,
+            "launch_request": launch_request,
             "launch_request_errors": launch_request_errors,
             "launch_ring_argv": launch_ring_argv,
             "launch_run_name": launch_run_name,
