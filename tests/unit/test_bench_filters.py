@@ -1,15 +1,12 @@
 """roles/bench/filter_plugins/bench.py: networks, sizes, parsing, table and recommendation."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).parents[2] / "roles/bench/filter_plugins/bench.py"
-_SPEC = importlib.util.spec_from_file_location("bench_filters", _PATH)
-bench = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench)
+from tests.unit.plugins import load
+
+bench = load("roles/bench/filter_plugins/bench.py")
 
 MiB = 1 << 20
 

@@ -1,15 +1,12 @@
-"""roles/cluster/filter_plugins/doctor.py: probe classification and the check.yml report table."""
+"""roles/doctor/filter_plugins/doctor.py: probe classification and the check.yml report table."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).parents[2] / "roles/cluster/filter_plugins/doctor.py"
-_SPEC = importlib.util.spec_from_file_location("doctor_filters", _PATH)
-doctor = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(doctor)
+from tests.unit.plugins import load
+
+doctor = load("roles/doctor/filter_plugins/doctor.py")
 
 CHANGED_KEY = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
 @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
@@ -17,7 +14,6 @@ CHANGED_KEY = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
 IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
 Host key for 198.19.1.3 has changed and you have requested strict checking.
 Host key verification failed."""
-
 
 @pytest.mark.parametrize(
     ("result", "reason"),

@@ -1,14 +1,10 @@
 """roles/cluster/filter_plugins/inventory.py: validation, normalised hosts, hostfile data."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-_PATH = Path(__file__).parents[2] / "roles/cluster/filter_plugins/inventory.py"
-_SPEC = importlib.util.spec_from_file_location("inventory_filters", _PATH)
-inv = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(inv)
+from tests.unit.plugins import load
+
+inv = load("roles/cluster/filter_plugins/inventory.py")
 
 
 def two_macs(**overrides):

@@ -1,28 +1,19 @@
-"""The train.yml command builder and verdict (roles/cluster/filter_plugins/launch.py).
+"""The train.yml command builder and verdict (roles/launch/filter_plugins/launch.py).
 
 The mpirun part comes from mpi.py's mpirun_argv, fed by launch_mpi_options exactly as
 roles/launch/vars/main.yml does, so these tests cover the whole command line.
 """
 
-import importlib.util
 import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
-FILTERS = Path(__file__).resolve().parents[2] / "roles" / "cluster" / "filter_plugins"
+from tests.unit.plugins import load
 
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(f"{name}_filters", FILTERS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-launch = load("launch")
-mpi = load("mpi")
+launch = load("roles/launch/filter_plugins/launch.py")
+mpi = load("roles/cluster/filter_plugins/mpi.py")
 
 
 def host(name, slots=1, tb=None, address=None):

@@ -1,17 +1,14 @@
 """roles/cluster/filter_plugins/mpi.py: Open MPI command lines for 4.x and 5.x."""
 
-import importlib.util
 import socket
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).parents[2] / "roles/cluster/filter_plugins/mpi.py"
-_SPEC = importlib.util.spec_from_file_location("mpi_filters", _PATH)
-mpi = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(mpi)
+from tests.unit.plugins import load
+
+mpi = load("roles/cluster/filter_plugins/mpi.py")
 
 
 def test_interface_args_open_mpi_4_use_mca_for_both_layers():

@@ -1,16 +1,12 @@
 """roles/openmpi/filter_plugins/openmpi.py: Homebrew prefix, version and libmpi parsing,
 mixed-version detection."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 from ansible.errors import AnsibleFilterError
 
-_PATH = Path(__file__).parents[2] / "roles/openmpi/filter_plugins/openmpi.py"
-_SPEC = importlib.util.spec_from_file_location("openmpi_filters", _PATH)
-openmpi = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(openmpi)
+from tests.unit.plugins import load
+
+openmpi = load("roles/openmpi/filter_plugins/openmpi.py")
 
 DEBIAN_LDD = """\
 \tlinux-vdso.so.1 (0x00007ffd5a1f2000)

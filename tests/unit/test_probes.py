@@ -1,15 +1,12 @@
 """roles/cluster/filter_plugins/probes.py: the ping and SSH matrices' commands."""
 
-import importlib.util
 import subprocess
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).parents[2] / "roles/cluster/filter_plugins/probes.py"
-_SPEC = importlib.util.spec_from_file_location("probes", _PATH)
-probes = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(probes)
+from tests.unit.plugins import load
+
+probes = load("roles/cluster/filter_plugins/probes.py")
 
 MAC2 = {"name": "mac2", "thunderbolt_ip": "198.19.0.2", "mpi_address": "198.19.0.2"}
 MAC3 = {"name": "mac3", "thunderbolt_ip": "198.19.0.3", "mpi_address": "198.19.0.3"}

@@ -1,15 +1,12 @@
 """roles/python_env/filter_plugins/python_env.py: syncing the train package without caches."""
 
 import hashlib
-import importlib.util
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).parents[2] / "roles/python_env/filter_plugins/python_env.py"
-_SPEC = importlib.util.spec_from_file_location("python_env_filters", _PATH)
-python_env = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(python_env)
+from tests.unit.plugins import load
+
+python_env = load("roles/python_env/filter_plugins/python_env.py")
 
 DEST = "/home/u/mlx-cluster/src/train"
 

@@ -1,16 +1,14 @@
 """roles/ssh_mesh/filter_plugins/ssh_mesh.py: names, known_hosts entries, the ~/.ssh/config
 block (checked with the real `ssh -G` / `ssh-keygen -F`) and the verification report."""
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).parents[2] / "roles/ssh_mesh/filter_plugins/ssh_mesh.py"
-_SPEC = importlib.util.spec_from_file_location("ssh_mesh_filters", _PATH)
-mesh = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(mesh)
+from tests.unit.plugins import load
+
+mesh = load("roles/ssh_mesh/filter_plugins/ssh_mesh.py")
 
 ED = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 ECDSA = (

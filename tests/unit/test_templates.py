@@ -1,6 +1,5 @@
 """templates/hostfile.j2 and templates/hosts.json.j2, rendered as Ansible's template module does."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,12 +9,10 @@ import jinja2
 import pytest
 from ansible.plugins.filter.core import FilterModule as AnsibleCoreFilters
 
+from tests.unit.plugins import load
+
 ROOT = Path(__file__).parents[2]
-_SPEC = importlib.util.spec_from_file_location(
-    "inventory_filters", ROOT / "roles/cluster/filter_plugins/inventory.py"
-)
-inv = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(inv)
+inv = load("roles/cluster/filter_plugins/inventory.py")
 
 FOUR_MACS = {
     "m1": {"ansible_host": "198.18.1.21", "thunderbolt_ip": "198.19.0.1", "mpi_slots": 2},

@@ -4,15 +4,11 @@
 namespace; nmcli samples are real `nmcli -t -f ... device show IF` output.
 """
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-_PLUGIN = Path(__file__).parents[2] / "roles/thunderbolt/filter_plugins/linux_link.py"
-_spec = importlib.util.spec_from_file_location("thunderbolt_linux_link", _PLUGIN)
-linux_link = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(linux_link)
+from tests.unit.plugins import load
+
+linux_link = load("roles/thunderbolt/filter_plugins/linux_link.py")
 
 # Fresh bridge0: down, no addresses.
 BRIDGE_FRESH = (

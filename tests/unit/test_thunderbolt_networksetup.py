@@ -4,15 +4,11 @@ The samples below are real `networksetup` output collected from public repositor
 notes (layout kept byte for byte; private LAN addresses replaced by 198.19.x test addresses).
 """
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-_PLUGIN = Path(__file__).parents[2] / "roles/thunderbolt/filter_plugins/networksetup.py"
-_spec = importlib.util.spec_from_file_location("thunderbolt_networksetup", _PLUGIN)
-networksetup = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(networksetup)
+from tests.unit.plugins import load
+
+networksetup = load("roles/thunderbolt/filter_plugins/networksetup.py")
 
 # Thunderbolt Bridge of a Mac whose Thunderbolt ports see no peer yet: no IPv4 lines at all.
 TB_BRIDGE_FRESH = """DHCP Configuration

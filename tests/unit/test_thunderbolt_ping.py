@@ -1,12 +1,8 @@
 """The thunderbolt role's report of the ping matrix."""
 
-import importlib.util
-from pathlib import Path
+from tests.unit.plugins import load
 
-_PLUGIN = Path(__file__).parents[2] / "roles/thunderbolt/filter_plugins/ping.py"
-_spec = importlib.util.spec_from_file_location("thunderbolt_ping", _PLUGIN)
-ping = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ping)
+ping = load("roles/thunderbolt/filter_plugins/ping.py")
 
 
 def peer(name, thunderbolt_ip):
