@@ -46,4 +46,4 @@ def test_bench_shows_thunderbolt_faster_than_management(vcluster, tmp_path):
     table = Path(run_dir, "results.md").read_text()
     assert "| thunderbolt |" in table and "network: **thunderbolt**" in table
     assert Path(run_dir, "allreduce.png").read_bytes()[:4] == b"\x89PNG"
-    assert "launch_backend:" in Path(run_dir, "recommended.yml").read_text()
+    assert "backend:" in Path(run_dir, "recommended.yml").read_text()

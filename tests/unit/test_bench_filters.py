@@ -7,6 +7,8 @@ import pytest
 from tests.unit.plugins import load
 
 bench = load("roles/bench/filter_plugins/bench.py")
+# Results reach bench_parse_run read through the shared filter, as sweep.yml does.
+read = load("roles/cluster/filter_plugins/command_result.py").command_result
 
 MiB = 1 << 20
 
@@ -67,7 +69,7 @@ NET = {"label": "thunderbolt", "interface": "bridge0"}
 
 def test_parse_run_reads_the_json_line():
     line = json.dumps({"backend": "mpi", "ranks": 2, "sizes": [4096], "seconds": [1e-4]})
-    entry = bench.bench_parse_run({"rc": 0, "stdout": f"noise\n{line}\n"}, NET, "mpi", 4)
+    entry = bench.bench_parse_run(read({"rc": 0, "stdout": f"noise\n{line}\n"}), NET, "mpi", 4)
     assert entry == {"network": "thunderbolt", "interface": "bridge0", "backend": "mpi",
                      "links": 4, "ranks": 2, "sizes": [4096], "seconds": [1e-4]}
 
@@ -75,9 +77,10 @@ def test_parse_run_reads_the_json_line():
 def test_parse_run_failure_explains_with_the_failing_peer():
     rank0 = {"rc": 1, "stderr": "[ring] connection reset"}
     peer = {"rc": 1, "stderr": "Traceback\nModuleNotFoundError: No module named 'mlx'"}
-    entry = bench.bench_parse_run(rank0, NET, "ring", 1, [rank0 | {"rc": None}, peer])
+    entry = bench.bench_parse_run(read(rank0), NET, "ring", 1,
+                                  [read(rank0 | {"rc": None}), read(peer)])
     assert entry["error"] == "ModuleNotFoundError: No module named 'mlx'"
-    hung = bench.bench_parse_run({"failed": True, "msg": "Timeout exceeded"}, NET, "mpi")
+    hung = bench.bench_parse_run(read({"failed": True, "msg": "Timeout exceeded"}), NET, "mpi")
     assert "time bound" in hung["error"]
 
 
@@ -111,8 +114,8 @@ def test_recommend_picks_the_fastest_mlx_configuration_at_the_largest_size():
     # reached at 1 MiB.
     assert rec["bucket_bytes"] == MiB
     assert bench.bench_launch_vars(rec) == {
-        "launch_backend": "mpi", "launch_mpi_extra_args": ["--mca", "btl_tcp_links", "4"],
-        "launch_grad_bucket_bytes": MiB}
+        "backend": "mpi", "mpi_extra_args": ["--mca", "btl_tcp_links", "4"],
+        "grad_bucket_bytes": MiB}
 
 
 def test_recommend_drops_extra_tcp_links_that_do_not_help():
@@ -120,7 +123,7 @@ def test_recommend_drops_extra_tcp_links_that_do_not_help():
     slower.append(run("thunderbolt", "mpi", [1e-4, 3e-4, 2e-3, 29e-3], links=4))
     rec = bench.bench_recommend(slower)
     assert rec["btl_tcp_links"] == 1
-    assert bench.bench_launch_vars(rec)["launch_mpi_extra_args"] == []
+    assert bench.bench_launch_vars(rec)["mpi_extra_args"] == []
 
 
 def test_recommend_without_results_is_empty():

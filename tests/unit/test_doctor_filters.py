@@ -1,12 +1,26 @@
 """roles/doctor/filter_plugins/doctor.py: probe classification and the check.yml report table."""
 
-import json
 
 import pytest
 
 from tests.unit.plugins import load
 
 doctor = load("roles/doctor/filter_plugins/doctor.py")
+# check.yml reads every probe result through the shared filter before classifying it.
+read = load("roles/cluster/filter_plugins/command_result.py").command_result
+
+
+def command_row(result, *args, **kwargs):
+    return doctor.doctor_command_row(read(result), *args, **kwargs)
+
+
+def ssh_reason(result, *args, **kwargs):
+    return doctor.doctor_ssh_reason(read(result), *args, **kwargs)
+
+
+def ssh_row(result, *args, **kwargs):
+    return doctor.doctor_ssh_row(read(result), *args, **kwargs)
+
 
 CHANGED_KEY = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
 @    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
@@ -14,6 +28,7 @@ CHANGED_KEY = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
 IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
 Host key for 198.19.1.3 has changed and you have requested strict checking.
 Host key verification failed."""
+
 
 @pytest.mark.parametrize(
     ("result", "reason"),
@@ -34,11 +49,11 @@ Host key verification failed."""
     ],
 )
 def test_ssh_reason_tells_a_changed_host_key_from_an_unreachable_host(result, reason):
-    assert doctor.doctor_ssh_reason(result, expected_hostname="b") == reason
+    assert ssh_reason(result, expected_hostname="b") == reason
 
 
 def test_ssh_row_names_the_pair_and_the_changed_key():
-    row = doctor.doctor_ssh_row({"rc": 255, "stderr": CHANGED_KEY}, "a", "b", "198.19.1.3", "b")
+    row = ssh_row({"rc": 255, "stderr": CHANGED_KEY}, "a", "b", "198.19.1.3", "b")
     assert row["check"] == "ssh" and row["target"] == "a -> b" and row["status"] == "failed"
     assert row["reason"] == "host_key_changed"
     assert "CHANGED" in row["detail"] and "198.19.1.3" in row["detail"]
@@ -47,7 +62,7 @@ def test_ssh_row_names_the_pair_and_the_changed_key():
 
 
 def test_command_row_timeout_names_the_bound():
-    row = doctor.doctor_command_row({"failed": True, "msg": "Timeout exceeded"}, "mpirun_all",
+    row = command_row({"failed": True, "msg": "Timeout exceeded"}, "mpirun_all",
                                     "cluster", 120)
     assert (row["status"], row["reason"]) == ("failed", "timeout")
     assert "120s" in row["detail"]
@@ -56,7 +71,7 @@ def test_command_row_timeout_names_the_bound():
 def test_command_row_skips_open_mpi_banner_lines():
     stderr = ("-----\nmpirun was unable to launch the specified application.\nThis usually is "
               "caused by:\n-----\nx\n")
-    row = doctor.doctor_command_row({"rc": 1, "stderr": stderr}, "mlx_mpi", "cluster")
+    row = command_row({"rc": 1, "stderr": stderr}, "mlx_mpi", "cluster")
     assert row["detail"] == "rc=1: mpirun was unable to launch the specified application."
 
 
@@ -65,12 +80,12 @@ def test_command_row_shows_the_start_of_open_mpis_framed_message():
               "Check to make sure the path and filename are correct.\n----------\n"
               "[a:1] ORTE_ERROR_LOG: Not found\nThis is something that should be reported to the "
               "developers.\n")
-    row = doctor.doctor_command_row({"rc": 1, "stderr": stderr}, "mpirun_all", "cluster")
+    row = command_row({"rc": 1, "stderr": stderr}, "mpirun_all", "cluster")
     assert row["detail"] == "rc=1: Open RTE was unable to open the hostfile: /h/hostfile"
 
 
 def test_command_row_checks_expected_output():
-    row = doctor.doctor_command_row
+    row = command_row
     ok = row({"rc": 0, "stdout": "host-a\n"}, "mpirun_local", "a", 5, "host-a")
     bad = row({"rc": 0, "stdout": "other\n"}, "mpirun_local", "a", 5, "host-a")
     assert ok["status"] == "ok" and bad["status"] == "failed"
@@ -78,10 +93,10 @@ def test_command_row_checks_expected_output():
 
 def test_command_row_of_a_missing_program_says_which():
     result = {"rc": 2, "msg": "Error executing command.", "cmd": ["/x/venv/bin/python", "-c", ""]}
-    assert "cannot run /x/venv/bin/python (No such file" in doctor.doctor_command_row(
+    assert "cannot run /x/venv/bin/python (No such file" in command_row(
         result, "mlx_import", "a")["detail"]
     result = {"rc": 13, "msg": "Error executing command.", "cmd": "/usr/bin/mpirun --version"}
-    assert doctor.doctor_command_row(result, "openmpi", "a")["detail"] == (
+    assert command_row(result, "openmpi", "a")["detail"] == (
         "rc=13: cannot run /usr/bin/mpirun (Permission denied)")
 
 
@@ -117,50 +132,8 @@ def test_iface_row_from_linux_and_macos_facts(facts, ip, status, reason):
     assert (row["status"], row["reason"]) == (status, reason)
 
 
-HOSTS = [
-    {"name": "a", "mpi_address": "198.19.1.2", "slots": 2},
-    {"name": "b", "mpi_address": "198.19.1.3", "slots": 1},
-    {"name": "c", "mpi_address": "198.19.1.4", "slots": 0},
-]
-
-
-def test_hostfile_matching_the_inventory_has_no_problems():
-    text = "# generated\n198.19.1.2 slots=2\n198.19.1.3 slots=1\n"
-    assert doctor.doctor_hostfile_problems(text, HOSTS) == []
-
-
-def test_hostfile_problems_name_each_address():
-    text = "198.19.1.2 slots=1\n198.19.1.4 slots=1\n"
-    assert doctor.doctor_hostfile_problems(text, HOSTS) == [
-        "198.19.1.2 has slots=1, inventory says 2",
-        "198.19.1.3 missing",
-        "198.19.1.4 is not in the inventory (or has mpi_slots 0)",
-    ]
-
-
-def test_hostfile_out_of_order_is_a_problem():
-    text = "198.19.1.3 slots=1\n198.19.1.2 slots=2\n"
-    assert "order" in doctor.doctor_hostfile_problems(text, HOSTS)[0]
-
-
-def test_hosts_json_problems():
-    expected = [{"ssh": "198.19.1.2", "ips": ["198.19.1.2"]}]
-    assert doctor.doctor_hosts_json_problems(json.dumps(expected), expected) == []
-    assert "not valid JSON" in doctor.doctor_hosts_json_problems("[", expected)[0]
-    assert "ssh entries" in doctor.doctor_hosts_json_problems('[{"ssh": "x", "ips": []}]',
-                                                              expected)[0]
-
-
-def test_tree_digest_and_diff_name_the_edited_file():
-    root = "/home/u/mlx-cluster/src/train"
-    files = [{"path": f"{root}/__init__.py", "checksum": "1"},
-             {"path": f"{root}/loop.py", "checksum": "2"},
-             {"path": f"{root}/__pycache__/loop.cpython-311.pyc", "checksum": "3"}]
-    tree = doctor.doctor_tree_digest(files, root)
-    assert tree == {"__init__.py": "1", "loop.py": "2"}
-    reference = {"__init__.py": "1", "loop.py": "9", "data.py": "4"}
-    assert doctor.doctor_tree_diff(tree, reference) == ["data.py missing", "loop.py modified"]
-    assert doctor.doctor_tree_diff(reference, reference) == []
+def test_digest_ignores_key_order():
+    tree = {"__init__.py": "1", "loop.py": "2"}
     assert doctor.doctor_digest(tree) == doctor.doctor_digest(dict(reversed(tree.items())))
 
 
@@ -234,17 +207,8 @@ def test_every_check_has_a_fix():
         assert doctor._fix(row)
 
 
-def test_rank_program_runs_python_from_each_hosts_work_dir():
-    layout = {"work_dir": '"$HOME"/mlx-cluster', "python": "venv/bin/python", "error": None}
-    argv = doctor.doctor_rank_program(layout)
-    assert argv == ["/bin/sh", "-c", 'cd "$HOME"/mlx-cluster && exec venv/bin/python "$@"',
-                    "python"]
-    with pytest.raises(ValueError, match="differs"):
-        doctor.doctor_rank_program({"error": "cluster_work_dir differs"})
-
-
 def test_a_concurrent_command_killed_at_its_bound_is_a_timeout():
     result = {"rc": -1, "stdout": "", "stderr": "", "msg": "no answer within 30 s",
               "timed_out": True}
-    assert doctor.doctor_ssh_reason(result) == "timeout"
-    assert doctor.doctor_command_row(result, "ping", "a -> b", 30)["reason"] == "timeout"
+    assert ssh_reason(result) == "timeout"
+    assert command_row(result, "ping", "a -> b", 30)["reason"] == "timeout"

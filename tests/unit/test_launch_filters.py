@@ -9,11 +9,17 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.unit.plugins import load
+from tests.unit.plugins import ROOT, load
+from train import cli
 
 launch = load("roles/launch/filter_plugins/launch.py")
+layout = load("roles/cluster/filter_plugins/layout.py")
 mpi = load("roles/cluster/filter_plugins/mpi.py")
+# The one table of train.yml's options (roles/launch/vars/main.yml reads the same file).
+REQUEST_SPEC = yaml.safe_load((ROOT / "roles/launch/meta/argument_specs.yml").read_text())[
+    "argument_specs"]["request"]["options"]
 
 
 def host(name, slots=1, tb=None, address=None):
@@ -24,7 +30,7 @@ def host(name, slots=1, tb=None, address=None):
 def info(name, home, user=None, work_dir=None, version="4.1.4", prefix="/usr"):
     work_dir = work_dir or f"{home}/mlx-cluster"
     return {"name": name, "home": home, "user": user or Path(home).name, "work_dir": work_dir,
-            "python_env": f"{work_dir}/venv", "train_hash": "abc", "openmpi_version": version,
+            "python_env": f"{work_dir}/venv", "train_diff": [], "openmpi_version": version,
             "openmpi_prefix": prefix}
 
 
@@ -37,7 +43,7 @@ def command(hosts, infos, version, libmpi, mpirun="/usr/bin/mpirun", np=None, ru
     np = np or sum(h["slots"] for h in hosts)
     options = launch.launch_mpi_options(hosts, infos, np, "/w/hostfile", version, libmpi,
                                         "bridge0")
-    program = launch.launch_rank_program(launch.launch_layout(infos), f"{run}/logs")
+    program = launch.launch_rank_program(layout.cluster_layout(infos), f"{run}/logs")
     return mpi.mpirun_argv(mpirun, **options) + program + launch.launch_train_args(
         {"model": "mlp", "steps": "5"}, run)
 
@@ -114,18 +120,18 @@ def test_ring_backend_runs_mlx_launch_with_hosts_json():
 
 def test_paths_that_differ_beyond_the_home_are_refused_naming_the_hosts():
     infos = [info("a", "/home/alice"), info("b", "/home/bob", work_dir="/opt/mlx")]
-    layout = launch.launch_layout(infos)
-    assert layout["work_dir"] is None
-    assert "a: /home/alice/mlx-cluster" in layout["error"]
-    assert "b: /opt/mlx" in layout["error"]
-    errors = launch.launch_consistency_errors(infos, "abc")
+    plan = layout.cluster_layout(infos)
+    assert plan["work_dir"] is None
+    assert "a: /home/alice/mlx-cluster" in plan["error"]
+    assert "b: /opt/mlx" in plan["error"]
+    errors = launch.launch_consistency_errors(infos, plan)
     assert any("cluster_work_dir" in e for e in errors)
 
 
 def test_rank_program_really_runs_in_each_hosts_home(tmp_path):
     """Run the wrapper with /bin/sh as mpirun would, for two different homes."""
-    layout = launch.launch_layout([info("a", "/home/alice"), info("b", "/home/bob")])
-    program = launch.launch_rank_program(layout, "runs/r x/logs")
+    plan = layout.cluster_layout([info("a", "/home/alice"), info("b", "/home/bob")])
+    program = launch.launch_rank_program(plan, "runs/r x/logs")
     for rank, user in enumerate(("alice", "bob")):
         home = tmp_path / user
         python = home / "mlx-cluster" / "venv" / "bin" / "python"
@@ -150,14 +156,36 @@ def test_command_sh_is_the_same_argv_for_the_shell():
     assert out.splitlines() == argv
 
 
+def request(**given):
+    """launch_request as roles/launch/vars/main.yml builds it from these extra vars."""
+    return launch.launch_request(REQUEST_SPEC, [given.get(name, "") for name in REQUEST_SPEC])
+
+
 def test_train_args_only_carry_what_the_user_gave():
-    assert launch.launch_train_args({"model": None, "steps": ""}, "runs/x") == ["--out", "runs/x"]
+    assert launch.launch_train_args(request(), "runs/x") == ["--out", "runs/x"]
     args = launch.launch_train_args(
-        {"model": "/ctl/tiny", "data": "/ctl/d", "batch_size": 8, "lr": "0.01", "resume": "true",
-         "grad_bucket_bytes": 0},
+        request(model="/ctl/tiny", data="/ctl/d", batch_size=8, lr="0.01", resume="true",
+                grad_bucket_bytes=0, checkpoint_every="5", np="2", backend="mpi"),
         "runs/x", data="data/d", model="models/tiny")
     assert args == ["--model", "models/tiny", "--data", "data/d", "--batch-size", "8",
-                    "--lr", "0.01", "--grad-bucket-bytes", "0", "--out", "runs/x", "--resume"]
+                    "--lr", "0.01", "--grad-bucket-bytes", "0", "--checkpoint-every", "5",
+                    "--resume", "--out", "runs/x"]
+    assert "--resume" not in launch.launch_train_args(request(resume="false"), "runs/x")
+
+
+def test_request_takes_the_tables_defaults():
+    assert request()["backend"] == "mpi" and request()["time_limit"] == 86400
+    assert request(backend="ring")["backend"] == "ring"
+    assert request(resume="yes")["resume"] is True
+    assert request(resume="maybe")["resume"] == "maybe"  # left for launch_request_errors
+
+
+def test_every_train_option_of_the_table_is_a_flag_of_python_m_train():
+    flags = {o for action in cli.parser()._actions for o in action.option_strings}
+    train_options = [n for n in REQUEST_SPEC if n not in launch.LAUNCHER_OPTIONS]
+    assert "grad_bucket_bytes" in train_options and "checkpoint_every" in train_options
+    missing = [n for n in train_options if "--" + n.replace("_", "-") not in flags]
+    assert missing == [], f"request options without a python -m train flag: {missing}"
 
 
 def test_ranks_fill_hosts_in_hostfile_order():
@@ -204,24 +232,18 @@ def test_np_defaults_to_every_slot():
     assert launch.launch_np("2", CLUSTER) == 2
 
 
-def test_hostfile_must_match_the_inventory():
-    good = "# generated\n198.19.0.1 slots=2\n198.19.0.2  slots=1\n"
-    assert launch.launch_hostfile_errors(good, CLUSTER, "/w/hostfile") == []
-    errors = launch.launch_hostfile_errors("198.19.0.1 slots=2\n", CLUSTER, "/w/hostfile")
-    assert errors and "expected: 198.19.0.1 slots=2; 198.19.0.2 slots=1" in errors[0]
-    assert "re-run setup.yml" in errors[0]
-
-
 def test_hosts_must_share_open_mpi_and_the_train_package():
     infos = [info("a", "/home/u"), info("b", "/home/u", version="5.0.8", prefix="/opt/ompi")]
-    infos[1]["train_hash"] = "def"
-    errors = launch.launch_consistency_errors(infos, "abc")
+    infos[1]["train_diff"] = ["loop.py modified"]
+    plan = layout.cluster_layout(infos)
+    errors = launch.launch_consistency_errors(infos, plan)
     assert any(e.startswith("Open MPI version differs") and "b: 5.0.8" in e for e in errors)
     assert any(e.startswith("Open MPI prefix differs") for e in errors)
-    assert any(e.startswith("train/ package on b differs") for e in errors)
-    assert launch.launch_consistency_errors(infos[:1], "abc") == []
+    assert any(e.startswith("train/ package on b differs") and "loop.py modified" in e
+               for e in errors)
+    assert launch.launch_consistency_errors(infos[:1], plan) == []
     # The ring backend does not run Open MPI.
-    assert len(launch.launch_consistency_errors(infos, "abc", backend="ring")) == 1
+    assert len(launch.launch_consistency_errors(infos, plan, backend="ring")) == 1
 
 
 def test_default_run_name_is_the_model_and_a_timestamp():

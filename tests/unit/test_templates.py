@@ -33,7 +33,7 @@ def render(name, hostvars):
     env.filters.update(AnsibleCoreFilters().filters())
     env.filters.update(inv.FilterModule().filters())
     hosts = inv.cluster_hosts(hostvars, list(hostvars))
-    return env.get_template(name).render(hostfiles_hosts=hosts)
+    return env.get_template(name).render(cluster_host_list=hosts)
 
 
 def test_hostfile_lists_hosts_with_slots_by_thunderbolt_address_in_order():
