@@ -1,4 +1,8 @@
-"""roles/python_env/filter_plugins/python_env.py: syncing the train package without caches."""
+"""roles/python_env/filter_plugins/python_env.py: syncing the train package without caches.
+
+The plan compares two tree_digest maps (roles/cluster/filter_plugins/tree.py), built here from
+ansible.builtin.find entries as roles/cluster/tasks/train_tree.yml builds them.
+"""
 
 import hashlib
 
@@ -7,70 +11,67 @@ import pytest
 from tests.unit.plugins import load
 
 python_env = load("roles/python_env/filter_plugins/python_env.py")
+tree_digest = load("roles/cluster/filter_plugins/tree.py").tree_digest
 
+SRC = "/ctl/train"
 DEST = "/home/u/mlx-cluster/src/train"
 
 
-@pytest.fixture
-def tree(tmp_path):
-    """A controller package as community.general.filetree lists it, caches included."""
-    (tmp_path / "models").mkdir()
-    (tmp_path / "__pycache__").mkdir()
-    files = {"__init__.py": "", "loop.py": "print('loop')\n", "models/mlp.py": "MLP = 1\n"}
-    files["__pycache__/loop.cpython-311.pyc"] = "bytecode"
-    items = [
-        {"path": name, "state": "directory", "src": str(tmp_path / name)}
-        for name in ("models", "__pycache__")
-    ]
-    for relpath, text in files.items():
-        (tmp_path / relpath).write_text(text)
-        items.append({"path": relpath, "state": "file", "src": str(tmp_path / relpath)})
-    return items
-
-
-def found(relpath, text=None):
-    """One ansible.builtin.find entry for DEST/relpath (a directory when text is None)."""
-    entry = {"path": f"{DEST}/{relpath}", "isdir": text is None}
+def found(root, relpath, text=None):
+    """One ansible.builtin.find entry for root/relpath (a directory when text is None)."""
+    entry = {"path": f"{root}/{relpath}", "isdir": text is None}
     if text is not None:
         entry["checksum"] = hashlib.sha1(text.encode()).hexdigest()
     return entry
 
 
-def test_fresh_host_gets_everything_but_caches(tree):
-    plan = python_env.python_env_sync_plan(
-        tree, {"files": [], "skipped_paths": {DEST: "not a directory"}}, DEST
-    )
-    assert plan["directories"] == [DEST, f"{DEST}/models"]
-    assert [item["dest"] for item in plan["files"]] == [
+@pytest.fixture
+def reference():
+    """The controller's package as train_tree.yml digests it, caches included in the listing."""
+    entries = [found(SRC, "models"), found(SRC, "__pycache__"), found(SRC, "__init__.py", ""),
+               found(SRC, "loop.py", "print('loop')\n"), found(SRC, "models/mlp.py", "MLP = 1\n"),
+               found(SRC, "__pycache__/loop.cpython-311.pyc", "bytecode")]
+    return tree_digest(entries, SRC)
+
+
+def plan(reference, remote, missing=False):
+    return python_env.python_env_sync_plan(reference, tree_digest(remote, DEST), SRC, DEST,
+                                           missing)
+
+
+def test_fresh_host_gets_everything_but_caches(reference):
+    result = plan(reference, [], missing=True)
+    assert result["directories"] == [DEST, f"{DEST}/models"]
+    assert [item["dest"] for item in result["files"]] == [
         f"{DEST}/__init__.py",
         f"{DEST}/loop.py",
         f"{DEST}/models/mlp.py",
     ]
-    assert plan["obsolete"] == []
+    assert result["files"][1]["src"] == f"{SRC}/loop.py"
+    assert result["obsolete"] == []
 
 
-def test_up_to_date_host_needs_nothing_even_with_its_own_caches(tree):
+def test_up_to_date_host_needs_nothing_even_with_its_own_caches(reference):
     remote = [
-        found("models"),
-        found("__init__.py", ""),
-        found("loop.py", "print('loop')\n"),
-        found("models/mlp.py", "MLP = 1\n"),
-        found("__pycache__"),
-        found("__pycache__/loop.cpython-311.pyc", "other bytecode"),
+        found(DEST, "models"),
+        found(DEST, "__init__.py", ""),
+        found(DEST, "loop.py", "print('loop')\n"),
+        found(DEST, "models/mlp.py", "MLP = 1\n"),
+        found(DEST, "__pycache__"),
+        found(DEST, "__pycache__/loop.cpython-311.pyc", "other bytecode"),
     ]
-    plan = python_env.python_env_sync_plan(tree, {"files": remote}, DEST + "/")
-    assert plan == {"directories": [], "files": [], "obsolete": []}
+    assert plan(reference, remote) == {"directories": [], "files": [], "obsolete": []}
 
 
-def test_changed_file_is_copied_and_removed_file_is_deleted(tree):
+def test_changed_file_is_copied_and_removed_file_is_deleted(reference):
     remote = [
-        found("models"),
-        found("__init__.py", ""),
-        found("loop.py", "print('old loop')\n"),
-        found("models/mlp.py", "MLP = 1\n"),
-        found("old.py", "gone\n"),
+        found(DEST, "models"),
+        found(DEST, "__init__.py", ""),
+        found(DEST, "loop.py", "print('old loop')\n"),
+        found(DEST, "models/mlp.py", "MLP = 1\n"),
+        found(DEST, "old.py", "gone\n"),
     ]
-    plan = python_env.python_env_sync_plan(tree, {"files": remote}, DEST)
-    assert plan["files"] == [{"src": tree[3]["src"], "dest": f"{DEST}/loop.py"}]
-    assert plan["obsolete"] == [f"{DEST}/old.py"]
-    assert plan["directories"] == []
+    result = plan(reference, remote)
+    assert result["files"] == [{"src": f"{SRC}/loop.py", "dest": f"{DEST}/loop.py"}]
+    assert result["obsolete"] == [f"{DEST}/old.py"]
+    assert result["directories"] == []

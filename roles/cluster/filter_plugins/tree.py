@@ -6,15 +6,19 @@ get_checksum. Pure functions, unit-tested in tests/unit/test_tree.py.
 import posixpath
 
 
+def _is_cache(relpath):
+    return "__pycache__" in relpath.split("/") or relpath.endswith((".pyc", ".pyo"))
+
+
 def tree_digest(files, root):
-    """{relative path: sha1} of ansible.builtin.find results (get_checksum) under root."""
+    """{relative path: sha1, None for a directory} of ansible.builtin.find results (get_checksum)
+    under root, bytecode caches left out (Python writes its own on every host)."""
     root = str(root).rstrip("/")
     tree = {}
     for entry in files or []:
         rel = posixpath.relpath(entry["path"], root)
-        if "__pycache__" in rel.split("/"):
-            continue
-        tree[rel] = entry.get("checksum")
+        if not _is_cache(rel):
+            tree[rel] = None if entry.get("isdir") else entry.get("checksum")
     return tree
 
 

@@ -1,52 +1,32 @@
 """Filter for the python_env role: what to create, copy and remove so a host's copy of the
-train package matches the controller's, bytecode caches aside.
+train package matches the controller's, from the tree_digest maps of both (roles/cluster
+tasks/train_tree.yml).
 
 ansible.builtin.copy can neither exclude __pycache__ nor skip unchanged files without one
-remote call per file, so the role lists the host's copy once (ansible.builtin.find with
-checksums) and only touches what differs."""
+remote call per file, so the role compares checksums once and only touches what differs."""
 
-import hashlib
 import posixpath
 
 
-def _is_cache(relpath):
-    return "__pycache__" in relpath.split("/") or relpath.endswith((".pyc", ".pyo"))
-
-
-def _sha1(path):
-    with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha1").hexdigest()
-
-
-def python_env_sync_plan(tree, find_result, dest):
-    """tree: community.general.filetree items of the controller's package; find_result: an
-    ansible.builtin.find result (recurse, get_checksum) for `dest` on the host.
+def python_env_sync_plan(reference, present, src, dest, dest_missing=False):
+    """reference / present: tree_digest maps ({relpath: sha1, None for a directory}) of the
+    controller's package at src and of the host's copy at dest.
 
     Returns {'directories': [to create], 'files': [{'src', 'dest'} to copy], 'obsolete': [to
-    remove]}, with absolute paths on the host."""
-    dest = dest.rstrip("/")
-    wanted = {item["path"]: item for item in tree if not _is_cache(item["path"])}
-    present = {
-        posixpath.relpath(found["path"], dest): found
-        for found in find_result.get("files", [])
-        if not _is_cache(posixpath.relpath(found["path"], dest))
-    }
-
-    def absolute(relpath):
-        return posixpath.join(dest, relpath) if relpath else dest
-
-    mkdirs = [dest] if dest in find_result.get("skipped_paths", {}) else []
+    remove]}, with absolute paths."""
+    src, dest = src.rstrip("/"), dest.rstrip("/")
+    mkdirs = [dest] if dest_missing else []
     mkdirs += [
-        absolute(path)
-        for path, item in sorted(wanted.items())
-        if item["state"] == "directory" and not present.get(path, {}).get("isdir")
+        posixpath.join(dest, path)
+        for path, digest in sorted(reference.items())
+        if digest is None and (path not in present or present[path] is not None)
     ]
     copy = [
-        {"src": item["src"], "dest": absolute(path)}
-        for path, item in sorted(wanted.items())
-        if item["state"] == "file" and present.get(path, {}).get("checksum") != _sha1(item["src"])
+        {"src": posixpath.join(src, path), "dest": posixpath.join(dest, path)}
+        for path, digest in sorted(reference.items())
+        if digest is not None and present.get(path) != digest
     ]
-    remove = [absolute(path) for path in sorted(present) if path not in wanted]
+    remove = [posixpath.join(dest, path) for path in sorted(present) if path not in reference]
     return {"directories": mkdirs, "files": copy, "obsolete": remove}
 
 
