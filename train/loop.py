@@ -1,4 +1,9 @@
-"""The training loop: each rank's shard of every global batch, gradients averaged over ranks."""
+"""The training loop: each rank's shard of every global batch, gradients averaged over ranks.
+
+A file DIR/stop (its content: a reason word such as `user` or `time_limit`) asks the job to stop:
+rank 0 sees it, every rank agrees on the step, rank 0 checkpoints there and writes
+DIR/stopped.json, and every rank exits 0. `--resume` later continues to the end.
+"""
 
 import json
 import time
@@ -72,6 +77,14 @@ def config(args):
             for k, v in vars(args).items()}
 
 
+def stop_reason(out):
+    """The reason word in DIR/stop (`user` if empty), and consume the request."""
+    path = out / "stop"
+    words = path.read_text().split() if path.exists() else []
+    path.unlink(missing_ok=True)
+    return words[0] if words else "user"
+
+
 def run(args, group):
     started = time.perf_counter()
     rank, world = group.rank(), group.size()
@@ -85,6 +98,7 @@ def run(args, group):
         return
     if rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "stopped.json").unlink(missing_ok=True)  # an earlier launch's stop
         metrics = report.Metrics(args.out, start)
         progress = report.Progress(start, args.steps, bar=not distributed.launcher_sizes())
         trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
@@ -92,6 +106,10 @@ def run(args, group):
                        f"({len(train)} train / {len(test)} eval examples), {world} rank(s), "
                        f"global batch {args.batch_size}, steps {start + 1}..{args.steps}")
 
+    heartbeat = report.Heartbeat(args.heartbeat, rank)
+    heartbeat.beat(start, force=True)
+    stop_file = args.out / "stop"
+    saved = None  # the step of the latest checkpoint this run wrote
     loss_and_grad = nn.value_and_grad(model, weighted_loss)
     step_time = sync_time = 0.0
     window_loss, window_start, window_steps = mx.array(0.0), time.perf_counter(), 0
@@ -108,7 +126,10 @@ def run(args, group):
         mx.eval(loss, grads)
         synced = time.perf_counter()
         grads = nn.average_gradients(grads, group=group, all_reduce_size=args.grad_bucket_bytes)
-        mx.eval(grads)
+        # Rank 0's stop request reaches every rank in the same evaluation as the gradients'
+        # all-reduce: one more 4-byte sum, no extra round trip, and all ranks agree on the step.
+        stop = mx.distributed.all_sum(mx.array(int(rank == 0 and stop_file.exists())), group=group)
+        mx.eval(grads, stop)
         sync_time += time.perf_counter() - synced
         optimizer.update(model, grads)
         mx.eval(model.parameters(), optimizer.state)
@@ -136,8 +157,16 @@ def run(args, group):
                           or step == args.steps):
             path = checkpoint.save(args.out, step, model, optimizer, config(args))
             progress.write(f"checkpoint {path}")
-            window_start = time.perf_counter()
+            window_start, saved = time.perf_counter(), step
 
+        stopping = stop.item() and step < args.steps
+        heartbeat.beat(step, force=step == start + 1 or stopping)
+        if stopping:
+            if rank == 0:
+                stopped(args, step, model, optimizer, progress, saved)
+            return
+
+    heartbeat.beat(args.steps, force=True)
     if rank == 0:
         progress.close()
         steps_run = args.steps - start
@@ -156,3 +185,16 @@ def run(args, group):
         (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         report.say(f"done in {summary['wall_time_s']:.1f}s: eval loss {eval_loss:.4f} accuracy "
                    f"{accuracy:.4f}; wrote summary.json, metrics.jsonl, loss.png in {args.out}")
+
+
+def stopped(args, step, model, optimizer, progress, saved):
+    """Rank 0's end of a stopped run: a checkpoint at the agreed step and DIR/stopped.json
+    (no summary.json: that one means the run completed all its steps)."""
+    if saved != step:
+        path = checkpoint.save(args.out, step, model, optimizer, config(args))
+        progress.write(f"checkpoint {path}")
+    progress.close()
+    reason = stop_reason(args.out)
+    record = {"step": step, "reason": reason, "steps": args.steps}
+    (args.out / "stopped.json").write_text(json.dumps(record) + "\n")
+    report.say(f"stopped at step {step} ({reason})")

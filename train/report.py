@@ -1,8 +1,11 @@
-"""What rank 0 shows and writes: progress, DIR/metrics.jsonl, DIR/summary.json, DIR/loss.png."""
+"""What rank 0 shows and writes: progress, DIR/metrics.jsonl, DIR/summary.json, DIR/loss.png;
+and every rank's heartbeat file."""
 
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 PREFIX = "[train]"  # progress lines start with this, for launchers that stream them
 
@@ -85,3 +88,22 @@ def plot(records, path):
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+class Heartbeat:
+    """{"step", "time", "pid"} in a small JSON file, replaced atomically at most once a second
+    (and whenever forced): a watchdog reads it to see that this rank still makes progress."""
+
+    def __init__(self, template, rank):
+        self.path = Path(template.replace("{rank}", str(rank))) if template else None
+        self.last = 0.0
+
+    def beat(self, step, force=False):
+        now = time.time()
+        if self.path is None or (not force and now - self.last < 1):
+            return
+        self.last = now
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps({"step": step, "time": now, "pid": os.getpid()}) + "\n")
+        os.replace(tmp, self.path)

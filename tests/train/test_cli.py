@@ -22,7 +22,7 @@ def test_help_documents_every_flag():
     text = run(train_cmd("--help")).stdout
     for flag in ("--model", "--dataset", "--data", "--steps", "--batch-size", "--lr", "--seed",
                  "--out", "--resume", "--eval-every", "--checkpoint-every", "--log-every",
-                 "--grad-bucket-bytes"):
+                 "--grad-bucket-bytes", "--heartbeat"):
         assert re.search(rf"^\s+{flag}\b.*\S", text, re.M), flag
 
 
