@@ -15,7 +15,8 @@ import shlex
 
 BACKENDS = ("mpi", "ring")
 # Options of the launch itself; every other request option is a `python -m train` flag.
-LAUNCHER_OPTIONS = ("run_name", "np", "backend", "mpi_extra_args", "time_limit")
+LAUNCHER_OPTIONS = ("run_name", "np", "backend", "mpi_extra_args", "time_limit", "stall_timeout",
+                    "max_restarts", "follow_reconnect", "attach", "stop", "status")
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
@@ -101,7 +102,8 @@ def launch_request_errors(request, hosts):
     """
     errors = []
     positive = {"steps": 1, "batch_size": 1, "seed": 0, "time_limit": 1, "grad_bucket_bytes": 0,
-                "eval_every": 0, "checkpoint_every": 0, "log_every": 1}
+                "eval_every": 0, "checkpoint_every": 0, "log_every": 1, "max_restarts": 0,
+                "follow_reconnect": 0}
     for name, minimum in positive.items():
         value = request.get(name)
         if _given(value) and _int(value, minimum) is None:
@@ -109,8 +111,19 @@ def launch_request_errors(request, hosts):
             errors.append(f"{name}: {value!r} is not {kind} — e.g. -e {name}={max(minimum, 1)}0")
     if _given(request.get("lr")) and _float(request["lr"]) is None:
         errors.append(f"lr: {request['lr']!r} is not a positive number — e.g. -e lr=0.001")
-    if _given(request.get("resume")) and _bool(request["resume"]) is None:
-        errors.append(f"resume: {request['resume']!r} is not true or false — e.g. -e resume=true")
+    for name in ("resume", "status"):
+        if _given(request.get(name)) and _bool(request[name]) is None:
+            errors.append(f"{name}: {request[name]!r} is not true or false — e.g. -e {name}=true")
+    stall = request.get("stall_timeout")
+    if _given(stall) and str(stall) != "auto" and _int(stall, 10) is None:
+        errors.append(f"stall_timeout: {stall!r} is not auto or a number of seconds >= 10 — "
+                      "e.g. -e stall_timeout=600, or leave it out (auto)")
+    runs = [n for n in ("attach", "stop") if _given(request.get(n))]
+    for name in runs:
+        if not RUN_NAME.match(str(request[name])):
+            errors.append(f"{name}: {request[name]!r} is not a run name — see -e status=true")
+    if len(runs) + bool(_bool(request.get("status"))) > 1:
+        errors.append("attach, stop and status: give one of them at a time")
     for name in ("model", "dataset", "data"):
         value = request.get(name)
         if _given(value) and (not isinstance(value, str) or value != value.strip()):
@@ -218,10 +231,11 @@ def launch_consistency_errors(infos, layout, backend="mpi"):
 # ---------------------------------------------------------------- the command
 
 
-def launch_train_args(request, out, data=None, model=None):
+def launch_train_args(request, out, heartbeat=None, data=None, model=None):
     """`python -m train` flags for the values the user gave (the package has defaults): each
     option that is not the launcher's, under its own name (batch_size -> --batch-size).
 
+    heartbeat: where each rank reports its step for the supervisor's watchdog ({rank} in it).
     data / model: the per-host path of a controller path copied to every host, if any.
     """
     args = []
@@ -232,6 +246,8 @@ def launch_train_args(request, out, data=None, model=None):
             continue
         flag = "--" + name.replace("_", "-")
         args += [flag] if value is True else [flag, str(value)]
+    if heartbeat:
+        args += ["--heartbeat", str(heartbeat)]
     return args + ["--out", str(out)]
 
 
@@ -286,6 +302,19 @@ def launch_shell_command(argv):
     return " \\\n  ".join(groups)
 
 
+def launch_rank_plan(rank_hosts, hosts, infos, launch_host, run_rel):
+    """The supervisor's --rank-hosts: [{rank, host, address, run_dir}] — how the launch host
+    reaches each rank's host ("local" for itself, else the MPI address the SSH mesh knows) and
+    where that rank writes its heartbeat (its host's work dir may differ)."""
+    address = {h["name"]: h["mpi_address"] for h in hosts}
+    work_dir = {i["name"]: i["work_dir"] for i in infos}
+    return [
+        {"rank": rank, "host": name, "address": "local" if name == launch_host else address[name],
+         "run_dir": posixpath.join(work_dir[name], run_rel)}
+        for rank, name in enumerate(rank_hosts)
+    ]
+
+
 def launch_rank_hosts(hosts, np):
     """Inventory name of each rank: --map-by slot (and mlx.launch) fill hosts in order."""
     names = [h["name"] for h in hosts for _ in range(h["slots"])]
@@ -294,37 +323,11 @@ def launch_rank_hosts(hosts, np):
 
 # ---------------------------------------------------------------- the verdict
 
-
-# mpirun (4.x) / prterun (5.x): "... noticed that process rank 2 with PID 42 on node h3 exited
-# on signal 9 (Killed)."; non-zero exit: "Process name: [[123,1],2]\n  Exit code: 3".
-# prterun wraps its lines anywhere, hence \s+ between words.
-MPI_SIGNAL = re.compile(
-    r"process\s+rank\s+(\d+)\s+with\s+PID\s+\d+\s+on\s+node\s+(\S+)\s+exited\s+on\s+signal\s+(\d+)"
-    r"(?:\s+\(([^)]*)\))?"
-)
-MPI_EXIT = re.compile(r"Process name:\s*\[[^\n]*,(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
-# mlx.launch (which itself exits 0): "Node with rank 1 exited with code 255" / "... was killed".
-RING_EXIT = re.compile(r"Node with rank (\d+) (?:exited with code (\d+)|was killed)")
-
-
-def launch_failed_rank(log_text):
-    """(rank, reason) of the first rank the launcher reported as failed, or (None, None)."""
-    text = ANSI.sub("", log_text or "")
-    found = []
-    for match in MPI_SIGNAL.finditer(text):
-        name = f" ({match.group(4)})" if match.group(4) else ""
-        reason = f"killed by signal {match.group(3)}{name}"
-        found.append((match.start(), int(match.group(1)), reason))
-    for match in MPI_EXIT.finditer(text):
-        found.append((match.start(), int(match.group(1)), f"exited with code {match.group(2)}"))
-    for match in RING_EXIT.finditer(text):
-        code = match.group(2)
-        reason = f"exited with code {code}" if code else "was killed by mlx.launch"
-        found.append((match.start(), int(match.group(1)), reason))
-    if not found:
-        return None, None
-    _, rank, reason = min(found)
-    return rank, reason
+REASONS = {
+    "rank_failed": "a rank failed",
+    "stall": "the job stalled (no new step within the stall timeout)",
+    "max_restarts": "it kept failing after every automatic restart",
+}
 
 
 def _tail(text, lines=TAIL_LINES):
@@ -332,41 +335,55 @@ def _tail(text, lines=TAIL_LINES):
     return "\n".join("    " + line for line in kept[-lines:])
 
 
-def launch_failure_report(job, launch_log, rank_logs, rank_hosts):
-    """Why the job failed, naming the host and rank, with that rank's last lines; None if fine.
+def launch_verdict(job, rank_logs, rank_hosts, unreachable=(), lost_contact=False):
+    """Why the run failed, naming the host and rank, with that rank's last lines; None when it
+    finished or stopped as asked.
 
-    job: {rc, timed_out, time_limit, summary (bool: summary.json written), hung_at_exit (bool:
-    the launcher was stopped because it outlived the finished job)}.
-    rank_logs: {rank (int or str): log text}. launch_log: the launcher's own output.
+    job: the supervisor's job.json ({} when it could not be fetched); rank_logs: {rank: text of
+    this launch's log}; unreachable: ranked hosts the play lost on the way.
     """
-    if job.get("hung_at_exit") and job["summary"]:
-        return None  # every rank finished; only the launcher's bookkeeping hung
-    rank, reason = launch_failed_rank(launch_log)
-    ok = not job["timed_out"] and int(job["rc"]) == 0 and rank is None and job["summary"]
-    if ok:
+    state = job.get("state")
+    if state in ("finished", "stopped"):
         return None
+    if lost_contact or state not in ("failed",):
+        head = (f"the play lost the launch host and cannot tell how the job ends (last known "
+                f"state: {state or 'unknown'}); the job goes on under its supervisor — follow it "
+                f"again with -e attach={job.get('run', '<run>')}")
+        return f"Training not followed to its end: {head}."
+    suspect = job.get("suspect") or "no rank named"
+    restarts = job.get("restarts") or []
+    parts = [f"Training failed: {REASONS.get(job.get('reason'), job.get('reason'))}; suspect: "
+             f"{suspect}; {len(restarts)} automatic restart(s)."]
+    if unreachable:
+        parts.append(f"Hosts that stopped answering Ansible: {', '.join(unreachable)}.")
+    match = re.match(r"rank (\d+) on ", suspect)
     logs = {int(k): v for k, v in (rank_logs or {}).items()}
-    if job["timed_out"]:
-        head = f"the job hit the time limit of {job['time_limit']} s and was stopped on every host"
-    elif rank is not None:
-        host = rank_hosts[rank] if rank < len(rank_hosts) else "an unknown host"
-        head = f"rank {rank} on {host} {reason}"
-    else:
-        rank = next((r for r in sorted(logs) if "Traceback" in logs[r] or "error" in logs[r]), None)
-        cause = f"launcher exited with code {job['rc']}" if int(job["rc"]) else "launcher exited 0"
-        head = f"the {cause} without a summary.json"
-        if rank is not None:
-            head += f"; rank {rank} on {rank_hosts[rank]} reported an error"
-    parts = [f"Training failed: {head}."]
+    rank = int(match.group(1)) if match else None
     if rank is not None and logs.get(rank, "").strip():
         parts.append(f"Last lines of rank {rank} ({rank_hosts[rank]}):\n{_tail(logs[rank])}")
-    if launch_log and launch_log.strip():
-        parts.append(f"Last lines of the launcher:\n{_tail(launch_log, 10)}")
+    parts.append("The supervisor's account is in supervisor.log beside the results.")
     return "\n".join(parts)
 
 
-def launch_summary_lines(summary, run_dir):
-    """A few readable lines from summary.json for the end of the play."""
+def launch_summary_lines(summary, run_dir, job=None):
+    """A few readable lines from summary.json (and the supervisor's job.json) for the end of the
+    play; a stopped run says where it stopped and how to continue it."""
+    job = job or {}
+    restarts = job.get("restarts") or []
+    extra = []
+    if restarts:
+        lost = sum(r.get("lost_s") or 0 for r in restarts)
+        why = ", ".join(f"{r.get('reason')} at step {r.get('from_step')}" for r in restarts)
+        extra.append(f"{len(restarts)} automatic restart(s) ({why}), {lost:.0f} s of work redone")
+    if job.get("state") == "stopped":
+        return [
+            f"stopped at step {job.get('last_step')} of {job.get('steps')} ({job.get('reason')}) "
+            "with a checkpoint there",
+            *extra,
+            f"continue it: ansible-playbook train.yml -e resume=true -e run_name={job.get('run')}",
+            f"results: {run_dir}",
+        ]
+
     def number(key, fmt):
         value = summary.get(key)
         return fmt.format(value) if isinstance(value, (int, float)) else "n/a"
@@ -378,6 +395,7 @@ def launch_summary_lines(summary, run_dir):
         f"world size {summary.get('world_size', 'n/a')}, steps {summary.get('steps', 'n/a')}, "
         f"{number('samples_per_s', '{:.0f}')} samples/s, "
         f"{number('wall_time_s', '{:.1f}')} s wall time",
+        *extra,
         f"results: {run_dir}",
     ]
     return lines
@@ -388,12 +406,11 @@ class FilterModule:
         return {
             "launch_consistency_errors": launch_consistency_errors,
             "launch_extra_args": launch_extra_args,
-            "launch_failed_rank": launch_failed_rank,
-            "launch_failure_report": launch_failure_report,
             "launch_mpi_options": launch_mpi_options,
             "launch_np": launch_np,
             "launch_path_name": launch_path_name,
             "launch_rank_hosts": launch_rank_hosts,
+            "launch_rank_plan": launch_rank_plan,
             "launch_rank_program": launch_rank_program,
             "launch_request": launch_request,
             "launch_request_errors": launch_request_errors,
@@ -402,4 +419,5 @@ class FilterModule:
             "launch_shell_command": launch_shell_command,
             "launch_summary_lines": launch_summary_lines,
             "launch_train_args": launch_train_args,
+            "launch_verdict": launch_verdict,
         }
