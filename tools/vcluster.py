@@ -608,6 +608,12 @@ class VirtualCluster:
         usage = (account / "cpu.stat").read_text().split("\n", 1)[0].split()
         return int(usage[1]) / 1e6
 
+    def start_sshd(self, host: Host | str | int) -> None:
+        """(Re)start a host's sshd, e.g. after a test powered the host off, and wait for it."""
+        h = self.host(host)
+        self._start_sshd(h)
+        self._wait_for_sshd(h)
+
     def _start_sshd(self, host: Host) -> None:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privsep dir, shared
         self._exec(host, ["/usr/sbin/sshd", "-f", "/etc/ssh/sshd_config",

@@ -210,8 +210,7 @@ def stop_sshd(vc, host):
 
 
 def start_sshd(vc, host):
-    vc._start_sshd(vc.host(host))
-    vc._wait_for_sshd(vc.host(host))
+    vc.start_sshd(host)
 
 
 def restore_host_keys(vc, host, keys, saved):

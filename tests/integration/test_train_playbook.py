@@ -17,35 +17,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cluster_unavailable
 from tools.playbook import run_playbook
-from tools.vcluster import VirtualCluster
-from tools.wheelhouse import offline_pip_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-SLOTS = [1, 2, 1]
 # mlp on digits: 64*128+128 + 128*128+128 + 128*10+10 float32 parameters.
 MLP_GRADIENT_BYTES = 26122 * 4
+START_TASK = "Start the job under its supervisor"
 JOB_PROCESS = re.compile(r"-m\0train\0|orted|prted|prterun|mpirun|mlx\.launch")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A 3-host cluster after a green setup.yml; torn down after the module, also on failure."""
-    reason = cluster_unavailable()
-    if reason:
-        pytest.skip(reason)
-    workdir = tmp_path_factory.mktemp("train-cluster")
-    with VirtualCluster(
-        hosts=3,
-        slots=SLOTS,
-        extra_vars={"python_env_pip_extra_args": offline_pip_args()},
-        workdir=workdir / "vc",
-    ) as vc:
-        setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
-        assert setup.status == "successful", setup.stdout[-6000:]
-        yield vc
+@pytest.fixture
+def cluster(train_cluster):
+    return train_cluster
 
 
 def train(vc, tmp_path, name, **extravars):
@@ -141,6 +125,7 @@ def test_trains_on_every_slot_over_bridge0_then_resumes(cluster, tmp_path):
 
     run, out = train(vc, tmp_path, "full", model="mlp", steps=steps)
     assert run.status == "successful", run.stdout[-6000:]
+    assert [e for e in run.task_results() if e.get("task") == START_TASK]
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 4
@@ -185,10 +170,10 @@ def test_trains_on_every_slot_over_bridge0_then_resumes(cluster, tmp_path):
 def test_killed_rank_fails_the_play_naming_its_host(cluster, tmp_path):
     vc = cluster
     victim = vc.hosts[2].name  # rank 3
-    run, seconds = kill_rank_mid_run(vc, tmp_path, "killed", victim)
+    run, seconds = kill_rank_mid_run(vc, tmp_path, "killed", victim, max_restarts=0)
     assert run.status == "failed"
     message = failure_message(run)
-    assert f"rank 3 on {victim} killed by signal 9" in message, message
+    assert f"rank 3 on {victim}: killed by signal 9" in message, message
     assert seconds < 300, f"the play took {seconds:.0f}s to notice"
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
@@ -204,7 +189,7 @@ def test_preflight_names_a_host_the_launch_host_cannot_reach(cluster, tmp_path):
     assert run.status == "failed"
     message = failure_message(run)
     assert f"{victim.name} / {victim.thunderbolt_ip}" in message, message
-    started = [e for e in run.task_results() if e.get("task") == "Start the job"]
+    started = [e for e in run.task_results() if e.get("task") == START_TASK]
     assert started == [], "the job started despite the failed preflight"
 
 
@@ -215,7 +200,8 @@ def test_ring_backend_completes_and_reports_a_killed_rank(cluster, tmp_path):
     assert json.loads((out / "summary.json").read_text())["world_size"] == 4
 
     victim = vc.hosts[1].name  # ranks 1 and 2
-    run, _ = kill_rank_mid_run(vc, tmp_path, "ring-killed", victim, backend="ring")
+    run, _ = kill_rank_mid_run(vc, tmp_path, "ring-killed", victim, backend="ring",
+                               max_restarts=0)
     assert run.status == "failed"
     message = failure_message(run)
     assert re.search(rf"rank [12] on {victim} ", message), message

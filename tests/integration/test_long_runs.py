@@ -1,0 +1,261 @@
+"""Long runs survive (train.yml under its supervisor), with real faults on the shared 3-host
+virtual cluster (world size 4): a frozen rank, a killed rank, the controller losing its
+network, Ctrl-C, a second job, the time limit, a host powered off, resume and run names.
+
+Every run trains the same mlp job (same seed, global batch and steps), so a run that was
+interrupted and resumed must end with the uninterrupted reference run's parameters. Timings of
+fault -> detection -> training again are printed for benchmarks/results/long_runs.md.
+"""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from tests.integration.test_train_playbook import (
+    failure_message,
+    job_processes,
+    rank_pid,
+    train,
+    vc_pids,
+    wait_for,
+)
+from tools.playbook import ROOT
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+JOB = {"model": "mlp", "steps": 1500, "batch_size": 64, "seed": 3, "checkpoint_every": 100,
+       "eval_every": 0, "log_every": 50}
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+@pytest.fixture
+def vc(train_cluster):
+    yield train_cluster
+    # Whatever a test did, no job may be left running for the next one.
+    assert job_processes(train_cluster) == {h.name: [] for h in train_cluster.hosts}
+
+
+@pytest.fixture(scope="module")
+def reference(train_cluster, tmp_path_factory):
+    """The uninterrupted run every fault test must match."""
+    run, out = train(train_cluster, tmp_path_factory.mktemp("reference"), "reference", **JOB)
+    assert run.status == "successful", run.stdout[-6000:]
+    return final_weights(out)
+
+
+def final_weights(out):
+    latest = sorted((Path(out) / "checkpoints").glob("step_*"))[-1]
+    assert latest.name == f"step_{JOB['steps']:08d}", latest
+    return {k: np.array(v) for k, v in mx.load(str(latest / "model.safetensors")).items()}
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def launch_file(vc, name, relpath):
+    host = vc.hosts[0]
+    path = f"mlx-cluster/runs/{name}/{relpath}"
+    return vc.run(host, f"cat {path} 2>/dev/null || true", user=host.user).stdout
+
+
+def job_state(vc, name):
+    text = launch_file(vc, name, "job.json")
+    return json.loads(text) if text.strip() else {}
+
+
+def at_step(vc, name, step):
+    """True once rank 0 of `name` has reported a step >= step."""
+    beat = launch_file(vc, name, "logs/rank.0.heartbeat")
+    return bool(beat.strip()) and json.loads(beat)["step"] >= step
+
+
+def in_background(fn):
+    outcome = {}
+    thread = threading.Thread(target=lambda: outcome.setdefault("value", fn()))
+    thread.start()
+    return thread, outcome
+
+
+def test_frozen_rank_is_named_and_the_job_resumes_to_the_same_result(vc, reference, tmp_path):
+    victim = vc.hosts[2].name  # rank 3
+    thread, outcome = in_background(
+        lambda: train(vc, tmp_path, "frozen", stall_timeout=20, **JOB))
+    try:
+        wait_for(lambda: at_step(vc, "frozen", 250), 600, "rank 0 at step 250")
+        pid = wait_for(lambda: rank_pid(vc, victim, "frozen"), 30, "the rank on " + victim)
+        os.kill(pid, signal.SIGSTOP)
+        frozen_at = time.time()
+    finally:
+        thread.join(timeout=1200)
+    run, out = outcome["value"]
+    assert run.status == "successful", run.stdout[-6000:]
+    job = json.loads((out / "job.json").read_text())
+    [restart] = job["restarts"]
+    assert restart["reason"] == "stall"
+    assert f"rank 3 on {victim}: process" in restart["suspect"] and "stopped" in restart["suspect"]
+    detected, resumed = restart["at"] - frozen_at, restart["resumed_at"] - frozen_at
+    # Detection: the stall timeout, plus the supervisor's poll and the suspect probe.
+    assert detected < 20 + 30, detected
+    print(f"\nfrozen rank: detected after {detected:.1f} s, training again after {resumed:.1f} s")
+    assert_same_weights(final_weights(out), reference)
+
+
+def test_killed_rank_restarts_once_and_finishes(vc, reference, tmp_path):
+    victim = vc.hosts[1].name  # ranks 1 and 2
+    thread, outcome = in_background(lambda: train(vc, tmp_path, "killed-resumed", **JOB))
+    try:
+        wait_for(lambda: at_step(vc, "killed-resumed", 250), 600, "rank 0 at step 250")
+        pid = wait_for(lambda: rank_pid(vc, victim, "killed-resumed"), 30, "a rank on " + victim)
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.time()
+    finally:
+        thread.join(timeout=1200)
+    run, out = outcome["value"]
+    assert run.status == "successful", run.stdout[-6000:]
+    job = json.loads((out / "job.json").read_text())
+    [restart] = job["restarts"]
+    assert restart["reason"] == "rank_failed" and victim in restart["suspect"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["restarts"] == 1
+    detected, resumed = restart["at"] - killed_at, restart["resumed_at"] - killed_at
+    print(f"\nkilled rank: detected after {detected:.1f} s, training again after {resumed:.1f} s")
+    assert_same_weights(final_weights(out), reference)
+
+
+def test_the_play_survives_the_controller_changing_address(vc, tmp_path):
+    """A laptop that sleeps and wakes on another network: its ssh connections are dead."""
+    bridge, old = vc.mgmt_bridge, f"{vc.controller_ip}/24"
+    new = f"{vc.mgmt_subnet[200]}/24"
+    thread, outcome = in_background(
+        lambda: train(vc, tmp_path, "roaming", **{**JOB, "steps": 3000}))
+    try:
+        wait_for(lambda: at_step(vc, "roaming", 100), 600, "rank 0 at step 100")
+        subprocess.run(["ip", "addr", "del", old, "dev", bridge], check=True)
+        time.sleep(20)
+        subprocess.run(["ip", "addr", "add", new, "dev", bridge], check=True)
+        thread.join(timeout=900)
+    finally:
+        subprocess.run(["ip", "addr", "add", old, "dev", bridge], check=False)
+        thread.join(timeout=900)
+        subprocess.run(["ip", "addr", "del", new, "dev", bridge], check=False)
+    assert not thread.is_alive(), "the play never came back"
+    run, out = outcome["value"]
+    assert run.status == "successful", run.stdout[-6000:]
+    assert json.loads((out / "summary.json").read_text())["steps"] == 3000
+    assert "lost the connection" in run.stdout
+    # A play started afterwards does not hang on connections left from before the change.
+    status, _ = train(vc, tmp_path, "after-roaming", status=True)
+    assert status.status == "successful", status.stdout[-4000:]
+
+
+def ansible_playbook(vc, tmp_path, **extravars):
+    extravars = {"launch_results_dir": str(tmp_path / "runs"), **extravars}
+    return subprocess.Popen(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(vc.inventory), "train.yml", "-e",
+         json.dumps(extravars)],
+        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
+
+
+def test_ctrl_c_detaches_attach_follows_stop_checkpoints(vc, tmp_path):
+    play = ansible_playbook(vc, tmp_path, run_name="detached", **{**JOB, "steps": 200000})
+    wait_for(lambda: at_step(vc, "detached", 100), 600, "rank 0 at step 100")
+    play.send_signal(signal.SIGINT)
+    play.communicate(timeout=120)
+    time.sleep(5)
+    assert job_state(vc, "detached")["state"] == "running"  # the job went on without the play
+
+    # One job at a time: a second train.yml is refused, naming the running one.
+    second, _ = train(vc, tmp_path, "second", **JOB)
+    assert second.status == "failed"
+    assert "run detached is running" in failure_message(second)
+    assert "-e attach=detached" in failure_message(second)
+
+    status, _ = train(vc, tmp_path, "status", status=True)
+    assert "detached  running" in status.stdout
+
+    stop, out = train(vc, tmp_path, "detached", stop="detached")
+    assert stop.status == "successful", stop.stdout[-6000:]
+    stopped = json.loads((out / "stopped.json").read_text())
+    assert stopped["reason"] == "user"
+    latest = sorted((out / "checkpoints").glob("step_*"))[-1]
+    assert latest.name == f"step_{stopped['step']:08d}"
+    assert job_processes(vc) == {h.name: [] for h in vc.hosts}
+
+    attach, out = train(vc, tmp_path, "detached", attach="detached")
+    assert attach.status == "successful", attach.stdout[-6000:]
+    assert "stopped at step" in attach.stdout
+
+
+def test_time_limit_stops_with_a_checkpoint_and_resume_finishes(vc, reference, tmp_path):
+    run, out = train(vc, tmp_path, "limited", time_limit=25, **JOB)
+    assert run.status == "successful", run.stdout[-6000:]
+    stopped = json.loads((out / "stopped.json").read_text())
+    assert stopped["reason"] == "time_limit" and 0 < stopped["step"] < JOB["steps"]
+    assert "stopped at step" in run.stdout and "time_limit" in run.stdout
+    latest = sorted((out / "checkpoints").glob("step_*"))[-1]
+    assert latest.name == f"step_{stopped['step']:08d}"
+
+    resumed, out = train(vc, tmp_path, "limited", resume=True, **JOB)
+    assert resumed.status == "successful", resumed.stdout[-6000:]
+    assert_same_weights(final_weights(out), reference)
+
+
+def test_a_host_powered_off_is_named_and_rank_0s_results_come_back(vc, tmp_path):
+    victim = vc.hosts[2]
+    thread, outcome = in_background(
+        lambda: train(vc, tmp_path, "poweroff", max_restarts=0, stall_timeout=20,
+                      **{**JOB, "steps": 100000}))
+    try:
+        wait_for(lambda: at_step(vc, "poweroff", 150), 600, "rank 0 at step 150")
+        for ifname in ("en0", "bridge0"):
+            vc.run(victim, f"ip link set {ifname} down")
+        for pid in vc_pids(victim.netns):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        off_at = time.time()
+        thread.join(timeout=900)
+    finally:
+        for ifname in ("en0", "bridge0"):
+            vc.run(victim, f"ip link set {ifname} up", check=False)
+        vc.start_sshd(victim)
+        thread.join(timeout=900)
+    run, out = outcome["value"]
+    assert run.status == "failed"
+    message = failure_message(run)
+    assert victim.name in message, message
+    job = json.loads((out / "job.json").read_text())
+    assert job["ended"] - off_at < 20 + 60, job
+    assert (out / "metrics.jsonl").stat().st_size > 0  # rank 0's results were fetched
+    assert (out / "checkpoints").is_dir()
+
+
+def test_resume_of_a_finished_run_keeps_it_and_names_are_not_reused(vc, tmp_path):
+    run, out = train(vc, tmp_path, "done", **{**JOB, "steps": 50})
+    assert run.status == "successful", run.stdout[-6000:]
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    again, _ = train(vc, tmp_path, "done", resume=True, **{**JOB, "steps": 50})
+    assert again.status == "successful", again.stdout[-6000:]
+    assert "nothing to resume" in again.stdout
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert launch_file(vc, "done", "summary.json").strip()  # kept on the launch host too
+
+    # A new run may not take a name the controller already has results under.
+    (tmp_path / "runs" / "taken").mkdir()
+    taken, _ = train(vc, tmp_path, "taken", **{**JOB, "steps": 10})
+    assert taken.status == "failed"
+    assert "already exists on the controller" in failure_message(taken)
