@@ -1,0 +1,600 @@
+#!/usr/bin/env python3
+"""Supervise one training job on the launch host, so that a long run is never lost.
+
+    supervisor.py start  --run-dir DIR --lock FILE [options]   # daemonizes, prints "started PID"
+    supervisor.py stop   --run-dir DIR [--reason user] [--timeout S]
+    supervisor.py status --runs-dir RUNS [--json]
+
+The daemon runs `sh DIR/command.sh` (in DIR, in its own process group, output appended to
+DIR/launch.log) and, on a restart, `sh DIR/command.sh --resume`: command.sh must pass its
+arguments ("$@") on to `python -m train`, with `--heartbeat runs/<run>/logs/rank.{rank}.heartbeat`.
+It watches rank 0's heartbeat DIR/logs/rank.0.heartbeat ({"step", "time", "pid"}) and:
+- a job without a new step for the stall timeout is stalled: it names the suspect rank (stopped
+  or missing process, unreachable host, lowest step), stops the job and restarts it from the
+  latest checkpoint; so does a launcher that exits non-zero without DIR/summary.json;
+- DIR/stop (a reason word; written by `stop`, or by the daemon at --time-limit) makes every
+  rank stop at one step with a checkpoint (train/ writes DIR/stopped.json); a job that has not
+  stopped --stop-grace seconds later is killed;
+- a launcher still running --exit-grace seconds after DIR/summary.json is stopped (Open MPI 5
+  can hang after every rank finished, openpmix/prrte#1839) and the run counts as finished.
+State: DIR/job.json (replaced atomically), DIR/exit_status when the daemon ends, and a
+timestamped account of everything it did in DIR/supervisor.log.
+A job's processes on every host are found with `pgrep -u <uid> -f -- PATTERN`, by default
+`-m trai[n] .*--out ([^ ]*/)?runs/<run>([^A-Za-z0-9._-]|$)`: the ranks' and the launcher's
+command lines carry `-m train ... --out runs/<run>` (relative to each host's work dir, or
+absolute), run names are unique in a work dir, and `trai[n]` keeps the pattern from matching
+any command line that contains the pattern itself. Python 3 standard library only.
+"""
+
+import argparse
+import fcntl
+import json
+import os
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TERMINAL = ("finished", "stopped", "failed")
+LOCKED = 3  # exit code of `start` when another supervisor holds the lock
+KILL_AFTER = 5  # seconds between TERM and KILL of the launcher's process group
+SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+# How Open MPI names a failed rank in the launcher's output (4.x and 5.x, which wraps lines).
+MPI_SIGNAL = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+"
+                        r"exited\s+on\s+signal\s+(\d+)")
+MPI_EXIT = re.compile(r"Process name:\s*\[[^\n]*,(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
+
+
+def log(message):
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}", flush=True)
+
+
+def read_json(path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def parse_json(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def write_atomic(path, text):
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def ere(text):
+    """text as a literal in a POSIX extended regular expression (pgrep's)."""
+    return re.sub(r"([.\[\]\\()*+?{}|^$])", r"\\\1", text)
+
+
+def default_pattern(run_dir):
+    return f"-m trai[n] .*--out ([^ ]*/)?{ere(run_dir.parent.name)}/{ere(run_dir.name)}" \
+           "([^A-Za-z0-9._-]|$)"
+
+
+def on_host(address, script, timeout=20):
+    """(exit code, stdout) of a shell script run locally or over ssh; (None, "") on a timeout.
+    The script travels on stdin, so no pattern in it shows up in a command line."""
+    cmd = ["sh", "-s"] if address == "local" else [*SSH, address, "sh -s"]
+    try:
+        done = subprocess.run(cmd, input=script, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, ""
+    return done.returncode, done.stdout
+
+
+def sweep(hosts, pattern, exclude=()):
+    """KILL every process of the job on every host; the hosts where some are left."""
+    skip = " ".join(f"-e {int(pid)}" for pid in (os.getpid(), *exclude))
+    script = (f"p={shlex.quote(pattern)}\n"
+              "for i in 1 2 3 4 5 6; do\n"
+              f'  pids=$(pgrep -u "$(id -u)" -f -- "$p" | grep -v -x {skip})\n'
+              '  [ -z "$pids" ] && exit 0\n'
+              "  kill -KILL $pids 2>/dev/null; sleep 0.5\n"
+              "done\nexit 1\n")
+    left = []
+    for address in sorted({h["address"] for h in hosts} | {"local"}):
+        code, _ = on_host(address, script)
+        if code != 0:
+            left.append(address)
+    return left
+
+
+def rank_hosts(text, run_dir):
+    """--rank-hosts: [{"rank", "host", "address" ("local" or an ssh address), optional
+    "run_dir" (the run's directory on that host; default: DIR)}]."""
+    hosts = json.loads(text) if text else [{"rank": 0, "host": "localhost", "address": "local"}]
+    for h in hosts:
+        h.setdefault("run_dir", str(run_dir))
+    return hosts
+
+
+def exit_code(returncode):
+    """A shell's exit status for a Popen return code (a signal N is 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+class Supervisor:
+    def __init__(self, args, run_dir):
+        self.args, self.dir = args, run_dir
+        self.hosts = rank_hosts(args.rank_hosts, run_dir)
+        self.pattern = args.job_pattern or default_pattern(run_dir)
+        self.beat_path = run_dir / "logs" / "rank.0.heartbeat"
+        self.job = {"run": run_dir.name, "supervisor_pid": os.getpid(), "launcher_pid": None,
+                    "state": "starting", "reason": None, "restarts": [], "last_step": None,
+                    "last_step_time": None, "steps": None, "started": time.time(),
+                    "ended": None, "exit_status": None, "suspect": None,
+                    "job_pattern": self.pattern, "rank_hosts": self.hosts}
+        self.t0 = time.monotonic()
+        self.proc = None
+        self.hard_stop = False  # SIGTERM from `stop` past its timeout
+        self.update()
+
+    def update(self, **changes):
+        self.job.update(changes)
+        write_atomic(self.dir / "job.json", json.dumps(self.job, indent=1) + "\n")
+
+    # ------------------------------------------------------------------ the whole job
+
+    def run(self):
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "hard_stop", True))
+        for name in ("stop", "stopped.json", "summary.json", "exit_status"):
+            (self.dir / name).unlink(missing_ok=True)  # an earlier launch's
+        log(f"supervising {self.dir} (pid {os.getpid()}); job pattern {self.pattern!r}")
+        resume, code = False, None
+        while True:
+            outcome, reason, code = self.attempt(resume)
+            if outcome != "restart":
+                return self.end(outcome, reason, code)
+            if len(self.job["restarts"]) >= self.args.max_restarts:
+                return self.end("failed", "max_restarts" if self.args.max_restarts else reason,
+                                code)
+            backoff = self.args.restart_backoff * 2 ** len(self.job["restarts"])
+            self.record_restart(reason)
+            log(f"restarting in {backoff:g} s from the latest checkpoint")
+            if stop := self.wait_or_stop(backoff):
+                return self.end("stopped", stop, code)
+            resume = True
+
+    def record_restart(self, reason):
+        latest = sorted((self.dir / "checkpoints").glob("step_*"))
+        step = int(latest[-1].name[5:]) if latest else 0
+        # lost_s: wall time since the work that will be redone was last saved
+        saved = latest[-1].stat().st_mtime if latest else self.job["started"]
+        self.job["restarts"].append({"at": time.time(), "reason": reason,
+                                     "suspect": self.job["suspect"], "from_step": step,
+                                     "lost_s": round(time.time() - saved, 1),
+                                     "resumed_at": None})
+        self.update(state="restarting")
+
+    def wait_or_stop(self, seconds):
+        """Sleep, unless a stop is asked for meanwhile: then its reason."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.over_time():
+                return "time_limit"
+            if self.hard_stop or (self.dir / "stop").exists():
+                return self.stop_word()
+            time.sleep(min(self.args.poll, 0.5))
+        return None
+
+    def stop_word(self):
+        words = (self.dir / "stop").read_text().split() if (self.dir / "stop").exists() else []
+        return words[0] if words else "user"
+
+    def over_time(self):
+        limit = self.args.time_limit
+        return limit is not None and time.monotonic() - self.t0 > limit
+
+    def end(self, state, reason, code):
+        (self.dir / "stop").unlink(missing_ok=True)
+        write_atomic(self.dir / "exit_status", f"{code}\n")  # the launcher's last exit code
+        self.update(state=state, reason=reason, ended=time.time(), exit_status=code)
+        log(f"job {state} ({reason}) at step {self.job['last_step']}; "
+            f"{len(self.job['restarts'])} restart(s)")
+        return 0 if state != "failed" else 1
+
+    # ------------------------------------------------------------------ one launch
+
+    def attempt(self, resume):
+        """Run command.sh once: ("finished" | "stopped" | "restart", reason, exit code)."""
+        for beat in (self.dir / "logs").glob("rank.*.heartbeat"):
+            beat.unlink()  # a previous launch's: progress is what this launch writes
+        self.launched, self.launched_wall = time.monotonic(), time.time()
+        self.progress_at, self.first_step, self.beat, self.samples = self.launched, None, None, []
+        self.done_at, self.stopping = None, None
+        cmd = ["sh", str(self.dir / "command.sh"), *(["--resume"] if resume else [])]
+        with open(self.dir / "launch.log", "ab") as out:
+            self.log_offset = out.tell()
+            self.proc = subprocess.Popen(cmd, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=out,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        self.update(state="starting", launcher_pid=self.proc.pid, suspect=None)
+        log(f"launched {shlex.join(cmd)} (pid {self.proc.pid})")
+        while True:
+            time.sleep(self.args.poll)
+            self.watch_progress()
+            code = self.proc.poll()
+            if code is not None:
+                return self.judge_exit(exit_code(code))
+            if outcome := self.check():
+                return outcome
+
+    def check(self):
+        """While the launcher runs: an outcome when the job must end, else None."""
+        now = time.monotonic()
+        if (self.dir / "summary.json").exists():
+            self.done_at = self.done_at or now
+            if now - self.done_at > self.args.exit_grace:
+                log(f"summary.json was written {self.args.exit_grace:g} s ago but the launcher "
+                    "has not exited: stopping it (Open MPI 5 hang after the application "
+                    "completes, openpmix/prrte#1839)")
+                return "finished", "hung_at_exit", self.kill_job()
+            return None
+        if self.hard_stop:
+            log("asked to stop now (SIGTERM): killing the job")
+            return "stopped", self.stop_word(), self.kill_job()
+        if self.over_time() and self.stopping is None:
+            log(f"time limit of {self.args.time_limit:g} s reached: asking the job to stop")
+            write_atomic(self.dir / "stop", "time_limit\n")
+        if self.stopping is None and (self.dir / "stop").exists():
+            self.stopping = (self.stop_word(), now)
+            log(f"stop requested ({self.stopping[0]}): every rank stops at the next step")
+            self.update(state="stopping")
+        if self.stopping:
+            if now - self.stopping[1] > self.args.stop_grace:
+                log(f"the job has not stopped {self.args.stop_grace:g} s after the request: "
+                    "killing it")
+                return "stopped", self.stopping[0], self.kill_job()
+            return None
+        timeout = self.stall_timeout()
+        if now - self.progress_at > timeout:
+            return self.stalled(now - self.progress_at, timeout)
+        return None
+
+    def watch_progress(self):
+        """Rank 0's heartbeat: a new step is progress; step times feed the auto stall timeout."""
+        beat = read_json(self.beat_path)
+        if not beat or beat["time"] < self.launched_wall - 1 or beat == self.beat:
+            return
+        previous, self.beat = self.beat, beat
+        if previous is None:  # the program runs: startup is over, training starts
+            self.first_step, self.progress_at = beat["step"], time.monotonic()
+        elif beat["step"] > previous["step"]:
+            self.progress_at = time.monotonic()
+            self.samples = [*self.samples[-99:], (beat["time"] - previous["time"])
+                            / (beat["step"] - previous["step"])]
+        changes = {"last_step": beat["step"], "last_step_time": beat["time"],
+                   "steps": beat.get("steps", self.job["steps"])}
+        if beat["step"] > self.first_step and self.job["state"] == "starting":
+            changes["state"] = "running"
+            restarts = self.job["restarts"]
+            if restarts and restarts[-1]["resumed_at"] is None:
+                restarts[-1]["resumed_at"] = beat["time"]
+                log(f"training again at step {beat['step']}")
+        self.update(**changes)
+
+    def stall_timeout(self):
+        """--stall-timeout, or auto: max(60 s, 20 x the median step time); --startup-timeout
+        until this launch has trained a step."""
+        if self.beat is None or self.beat["step"] == self.first_step:
+            return self.args.startup_timeout
+        if self.args.stall_timeout != "auto":
+            return float(self.args.stall_timeout)
+        return max(60.0, 20 * statistics.median(self.samples)) if self.samples else 60.0
+
+    def judge_exit(self, code):
+        if (self.dir / "summary.json").exists():
+            return "finished", "completed", code
+        stopped = read_json(self.dir / "stopped.json")
+        if code == 0 and stopped:
+            if self.stopping and self.stopping[0] == "stall":
+                return "restart", "stall", code
+            return "stopped", stopped.get("reason", "user"), code
+        if self.stopping:
+            return "stopped", self.stopping[0], code
+        if code == 0:  # e.g. resuming a run that had already completed: nothing to do
+            return "finished", "completed", code
+        self.sweep()  # mpirun has stopped the ranks it could reach; make sure of the rest
+        self.update(suspect=self.failed_rank(code))
+        log(f"the launcher exited with code {code} without summary.json: {self.job['suspect']}")
+        return "restart", "rank_failed", code
+
+    def failed_rank(self, code):
+        """Who failed, from the launcher's output of this launch."""
+        with open(self.dir / "launch.log", "rb") as f:
+            f.seek(self.log_offset)
+            text = f.read().decode(errors="replace")
+        found = [(m.start(), int(m.group(1)), f"killed by signal {m.group(4)}")
+                 for m in MPI_SIGNAL.finditer(text)]
+        found += [(m.start(), int(m.group(1)), f"exited with code {m.group(2)}")
+                  for m in MPI_EXIT.finditer(text)]
+        if not found:
+            return f"launcher exited with code {code}"
+        _, rank, why = min(found)
+        return f"rank {rank} on {self.host_of(rank)}: {why}"
+
+    def host_of(self, rank):
+        return next((h["host"] for h in self.hosts if h["rank"] == rank), "an unknown host")
+
+    # ------------------------------------------------------------------ stalls and stopping
+
+    def stalled(self, quiet, timeout):
+        suspect, responsive = self.find_suspect()
+        self.update(suspect=suspect)
+        log(f"stall: no new step for {quiet:.0f} s (timeout {timeout:g} s, last step "
+            f"{self.job['last_step']}); suspect: {suspect}")
+        code = None
+        if responsive:  # every process runs: a stop at the next step may still save a checkpoint
+            log("every rank is responsive: asking for a graceful stop first")
+            write_atomic(self.dir / "stop", "stall\n")
+            self.stopping = ("stall", time.monotonic())
+            deadline = time.monotonic() + min(self.args.stop_grace, 30)
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            (self.dir / "stop").unlink(missing_ok=True)
+        code = self.kill_job()
+        return "restart", "stall", code
+
+    def find_suspect(self):
+        """("rank R on HOST: why", every rank responsive) from each rank's heartbeat and the
+        state of its process; evidence, strongest first: host unreachable, process stopped
+        (state T) or gone, no heartbeat since this launch, lowest step."""
+        evidence = []  # (strength, -step, rank, why)
+        by_address = {}
+        for h in self.hosts:
+            by_address.setdefault(h["address"], []).append(h)
+        for address, hosts in by_address.items():
+            files = [str(Path(h["run_dir"]) / "logs" / f"rank.{h['rank']}.heartbeat")
+                     for h in hosts]
+            script = "".join(f"printf 'hb %s\\n' \"$(cat {shlex.quote(f)} 2>/dev/null)\"\n"
+                             for f in files) + "ps -A -o pid= -o stat=\n"
+            code, out = on_host(address, script)
+            if code is None or (address != "local" and code == 255):
+                evidence += [(4, 0, h["rank"], f"host {address} unreachable over ssh")
+                             for h in hosts]
+                continue
+            lines = out.splitlines()
+            beats = [parse_json(line[3:]) for line in lines[:len(hosts)]]
+            beats += [None] * (len(hosts) - len(beats))
+            states = dict(line.split(None, 1) for line in lines[len(hosts):] if line.strip())
+            for h, beat in zip(hosts, beats, strict=True):
+                evidence.append(self.judge_rank(h["rank"], beat, states))
+        steps = [-e[1] for e in evidence if e[0] == 0]
+        if steps and min(steps) < max(steps):
+            evidence = [(1, e[1], e[2], f"{e[3]}, behind the others (at step {max(steps)})")
+                        if e[0] == 0 and -e[1] == min(steps) else e for e in evidence]
+        strength, _, rank, why = max(evidence, key=lambda e: (e[0], e[1], -e[2]))
+        return f"rank {rank} on {self.host_of(rank)}: {why}", strength <= 1
+
+    def judge_rank(self, rank, beat, states):
+        if not beat or beat["time"] < self.launched_wall - 5:
+            return 2, 0, rank, "no heartbeat since this launch"
+        pid, step = str(beat["pid"]), beat["step"]
+        state = states.get(pid)
+        if state is None:
+            return 3, -step, rank, f"process {pid} is gone (last at step {step})"
+        if state[0] in "TZ":
+            what = "stopped" if state[0] == "T" else "a zombie"
+            return 3, -step, rank, f"process {pid} is {what} (state {state.strip()}, step {step})"
+        return 0, -step, rank, f"at step {step}"
+
+    def kill_job(self):
+        """TERM the launcher's process group, KILL it after KILL_AFTER s, then KILL whatever of
+        the job is left on any host. Returns the launcher's exit code."""
+        if self.proc.poll() is None:
+            log(f"terminating the launcher's process group {self.proc.pid}")
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(KILL_AFTER)
+            except subprocess.TimeoutExpired:
+                log("still running: KILL")
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        code = exit_code(self.proc.wait())
+        self.sweep()
+        return code
+
+    def sweep(self):
+        left = sweep(self.hosts, self.pattern)
+        if left:
+            log(f"WARNING: processes of the job may be left on {', '.join(left)}")
+
+
+# ---------------------------------------------------------------------- the commands
+
+
+def start(args):
+    run_dir = args.run_dir.resolve()
+    if not (run_dir / "command.sh").is_file():
+        print(f"supervisor: error: {run_dir}/command.sh does not exist", file=sys.stderr)
+        return 2
+    (run_dir / "logs").mkdir(exist_ok=True)
+    lock = os.open(args.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        held = read_json(args.lock) or {}
+        other = Path(held.get("run_dir", "?"))
+        me = shlex.quote(sys.argv[0])
+        print(f"supervisor: run {held.get('run', '?')} is already running (supervisor pid "
+              f"{held.get('pid', '?')}, {other}); follow it: {me} status --runs-dir "
+              f"{shlex.quote(str(other.parent))}; stop it: {me} stop --run-dir "
+              f"{shlex.quote(str(other))}", file=sys.stderr)
+        return LOCKED
+    ready_r, ready_w = os.pipe()
+    if child := os.fork():  # the caller: wait for the daemon's pid, print it, return
+        os.close(ready_w)
+        os.waitpid(child, 0)
+        pid = os.read(ready_r, 32).decode().strip()
+        if not pid:
+            print(f"supervisor: error: the daemon did not start; see {run_dir}/supervisor.log",
+                  file=sys.stderr)
+            return 1
+        print(f"started {pid}", flush=True)
+        return 0
+    os.setsid()  # no controlling terminal; survives the caller's session (ssh) ending
+    if os.fork():
+        os._exit(0)
+    os.close(ready_r)
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(run_dir / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for fd, target in ((0, null), (1, out), (2, out)):
+        os.dup2(target, fd)
+    low, high = sorted((lock, ready_w))  # nothing else of the caller's (Ansible's pipes) stays
+    os.closerange(3, low)
+    os.closerange(low + 1, high)
+    os.closerange(high + 1, 1024)
+    # The lock belongs to the open file both processes share: held while this daemon lives.
+    os.ftruncate(lock, 0)
+    os.write(lock, json.dumps({"run": run_dir.name, "run_dir": str(run_dir),
+                               "pid": os.getpid()}).encode())
+    try:
+        supervisor = Supervisor(args, run_dir)
+        os.write(ready_w, str(os.getpid()).encode())
+        os.close(ready_w)
+        code = supervisor.run()
+    except BaseException as error:
+        log(f"supervisor crashed: {error!r}")
+        raise
+    os._exit(code)
+
+
+def stop(args):
+    run_dir = args.run_dir.resolve()
+    job = read_json(run_dir / "job.json")
+    if not job:
+        print(f"supervisor: error: no supervised job in {run_dir} (no job.json)", file=sys.stderr)
+        return 2
+    if job["state"] not in TERMINAL:
+        write_atomic(run_dir / "stop", f"{args.reason}\n")
+        print(f"asked {job['run']} to stop ({args.reason}); waiting up to {args.timeout:g} s",
+              flush=True)
+        job = wait_terminal(run_dir, args.timeout)
+        if job["state"] not in TERMINAL and alive(job["supervisor_pid"]):
+            os.kill(job["supervisor_pid"], signal.SIGTERM)  # the daemon kills the job now
+            job = wait_terminal(run_dir, 30)
+        if job["state"] not in TERMINAL:  # the daemon is gone: kill the job from here
+            if alive(job["supervisor_pid"]):
+                os.kill(job["supervisor_pid"], signal.SIGKILL)
+            if job.get("launcher_pid") and alive(job["launcher_pid"]):
+                os.killpg(job["launcher_pid"], signal.SIGKILL)
+            job.update(state="stopped", reason=args.reason, ended=time.time())
+            write_atomic(run_dir / "job.json", json.dumps(job, indent=1) + "\n")
+    left = sweep(job["rank_hosts"], job["job_pattern"], exclude=[job["supervisor_pid"]])
+    print(f"{job['run']}: {job['state']} ({job['reason']}) at step {job['last_step']}"
+          + (f"; processes may be left on {', '.join(left)}" if left else ""))
+    return 1 if left else 0
+
+
+def wait_terminal(run_dir, seconds):
+    deadline = time.monotonic() + seconds
+    while True:
+        job = read_json(run_dir / "job.json")
+        if job["state"] in TERMINAL or time.monotonic() > deadline:
+            return job
+        if not alive(job["supervisor_pid"]):
+            return read_json(run_dir / "job.json")
+        time.sleep(0.2)
+
+
+def state_of(job):
+    if job["state"] not in TERMINAL and not alive(job["supervisor_pid"]):
+        return "lost"  # the daemon died without recording an end
+    return job["state"]
+
+
+def status(args):
+    rows = []
+    for run_dir in sorted(p for p in args.runs_dir.iterdir() if p.is_dir()):
+        job = read_json(run_dir / "job.json")
+        if job:
+            rows.append({**job, "state": state_of(job)})
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    for job in [] if args.json else rows:
+        print(f"{job['run']}  {job['state']}  step {job['last_step'] or 0}/{job['steps'] or '?'}"
+              f"  restarts {len(job['restarts'])}  {job['reason'] or ''}".rstrip())
+    return 0
+
+
+def seconds(text):
+    value = float(text)
+    if value < 0:
+        raise ValueError
+    return value
+
+
+def stall(text):
+    return text if text == "auto" else seconds(text)
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="supervisor.py", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("start", help="start and supervise the job in the background")
+    s.add_argument("--run-dir", type=Path, required=True, help="the run's directory, with "
+                   "command.sh; DIR/logs/rank.0.heartbeat is rank 0's heartbeat")
+    s.add_argument("--lock", type=Path, required=True, help="one job at a time per lock file")
+    s.add_argument("--time-limit", type=seconds, metavar="S", help="stop the job (reason "
+                   "time_limit) after S seconds in all (default: none)")
+    s.add_argument("--stall-timeout", type=stall, default="auto", metavar="S|auto",
+                   help="no new step for S seconds is a stall; auto: max(60, 20 x the median "
+                   "step time) (default: auto)")
+    s.add_argument("--startup-timeout", type=seconds, default=300, metavar="S",
+                   help="stall timeout before a launch's first step (default: 300)")
+    s.add_argument("--max-restarts", type=int, default=2, metavar="N", help="default: 2")
+    s.add_argument("--restart-backoff", type=seconds, default=10, metavar="S",
+                   help="wait before the first restart, doubling after each (default: 10)")
+    s.add_argument("--exit-grace", type=seconds, default=60, metavar="S", help="stop a launcher "
+                   "still running S seconds after summary.json (default: 60)")
+    s.add_argument("--stop-grace", type=seconds, default=120, metavar="S", help="kill a job that "
+                   "has not stopped S seconds after DIR/stop (default: 120)")
+    s.add_argument("--rank-hosts", metavar="JSON", help='[{"rank": 0, "host": NAME, "address": '
+                   '"local" or an ssh address, "run_dir": optional}, ...] (default: rank 0, local)')
+    s.add_argument("--job-pattern", metavar="ERE", help="pgrep -f pattern of the job's processes "
+                   "on every host (default: see above)")
+    s.add_argument("--poll", type=seconds, default=1, metavar="S", help=argparse.SUPPRESS)
+    s.set_defaults(func=start)
+    s = sub.add_parser("stop", help="stop the job at a step with a checkpoint; exit 0 when "
+                       "nothing of it is left")
+    s.add_argument("--run-dir", type=Path, required=True)
+    s.add_argument("--reason", default="user", help="a word recorded as the reason (default: user)")
+    s.add_argument("--timeout", type=seconds, default=300, metavar="S",
+                   help="kill the job if it has not stopped after S seconds (default: 300)")
+    s.set_defaults(func=stop)
+    s = sub.add_parser("status", help="one line per run: name, state, step/steps, restarts, reason")
+    s.add_argument("--runs-dir", type=Path, required=True)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=status)
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
