@@ -203,7 +203,7 @@ def test_stop_checkpoints_and_a_second_start_is_refused(jobs):
 
 def test_time_limit_stops_with_a_checkpoint_and_resume_completes(jobs, uninterrupted):
     job = jobs("limit", steps=100000)
-    job.start("--time-limit", 7)
+    job.start("--time-limit", 4)  # ~1 s of training, less on a busy machine
     done = job.wait_end(90)
     stopped = json.loads((job.dir / "stopped.json").read_text())
     assert (done["state"], done["reason"], done["exit_status"]) == ("stopped", "time_limit", 0)
@@ -238,3 +238,22 @@ def test_status_shows_a_dead_supervisor_as_lost(tmp_path):
     (run_dir / "job.json").write_text(json.dumps(job))
     assert supervisor("status", "--runs-dir", tmp_path / "runs").stdout == (
         "gone  lost  step 7/10  restarts 0\n")
+
+
+def test_stop_kills_a_job_whose_supervisor_died(tmp_path):
+    run_dir = tmp_path / "runs" / "orphan"
+    run_dir.mkdir(parents=True)
+    launcher = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    try:
+        job = {"run": "orphan", "supervisor_pid": dead.pid, "launcher_pid": launcher.pid,
+               "state": "running", "reason": None, "restarts": [], "last_step": 3,
+               "job_pattern": "-m trai[n] .*--out ([^ ]*/)?runs/orphan([^A-Za-z0-9._-]|$)",
+               "rank_hosts": [{"rank": 0, "host": "h0", "address": "local"}]}
+        (run_dir / "job.json").write_text(json.dumps(job))
+        out = supervisor("stop", "--run-dir", run_dir, "--timeout", 1).stdout
+        assert "orphan: stopped (user) at step 3" in out
+        assert launcher.wait(5) == -signal.SIGKILL
+    finally:
+        launcher.kill()
