@@ -73,8 +73,8 @@ def parser():
         "MLX's; bench.yml recommends one for your interconnect)")
     add("--log-every", type=count(1), default=10, metavar="K", help="report the loss every K "
         "steps (default: 10)")
-    add("--heartbeat", metavar="TEMPLATE", help="each rank writes {step, time, pid} as JSON to "
-        "this path ({rank} replaced by its rank) at most once a second, for a watchdog; e.g. "
+    add("--heartbeat", metavar="TEMPLATE", help="each rank writes {step, steps, time, pid} as "
+        "JSON to this path ({rank}: its rank) at most once a second, for a watchdog; e.g. "
         "runs/x/logs/rank.{rank}.heartbeat (default: none)")
     return p
 

@@ -106,7 +106,7 @@ def run(args, group):
                        f"({len(train)} train / {len(test)} eval examples), {world} rank(s), "
                        f"global batch {args.batch_size}, steps {start + 1}..{args.steps}")
 
-    heartbeat = report.Heartbeat(args.heartbeat, rank)
+    heartbeat = report.Heartbeat(args.heartbeat, rank, args.steps)
     heartbeat.beat(start, force=True)
     stop_file = args.out / "stop"
     saved = None  # the step of the latest checkpoint this run wrote

@@ -91,12 +91,12 @@ def plot(records, path):
 
 
 class Heartbeat:
-    """{"step", "time", "pid"} in a small JSON file, replaced atomically at most once a second
-    (and whenever forced): a watchdog reads it to see that this rank still makes progress."""
+    """{"step", "steps", "time", "pid"} in a small JSON file, replaced atomically at most once a
+    second (and whenever forced): a watchdog reads it to see that this rank makes progress."""
 
-    def __init__(self, template, rank):
+    def __init__(self, template, rank, steps):
         self.path = Path(template.replace("{rank}", str(rank))) if template else None
-        self.last = 0.0
+        self.steps, self.last = steps, 0.0
 
     def beat(self, step, force=False):
         now = time.time()
@@ -105,5 +105,6 @@ class Heartbeat:
         self.last = now
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps({"step": step, "time": now, "pid": os.getpid()}) + "\n")
+        tmp.write_text(json.dumps({"step": step, "steps": self.steps, "time": now,
+                                    "pid": os.getpid()}) + "\n")
         os.replace(tmp, self.path)

@@ -166,7 +166,7 @@ def test_thunderbolt_on_some_hosts_only():
 def test_bad_mpi_slots(slots):
     assert errors(two_macs(mac2={"mpi_slots": slots})) == [
         f"mac2: mpi_slots {slots!r} is not a non-negative integer — set the number of ranks to "
-        "start on this host (0 keeps it out of the hostfile)"
+        "start on this host, 0 to 256 (0 keeps it out of the hostfile)"
     ]
 
 
@@ -320,7 +320,219 @@ def test_prefix_from_the_inventory_wins_over_the_default():
 
 
 def test_hosts_with_different_prefixes():
-    assert errors(two_macs(mac2={"thunderbolt_prefix": 16})) == [
+    hostvars = two_macs(mac1={"thunderbolt_prefix": 24}, mac2={"thunderbolt_prefix": 16})
+    assert errors(hostvars) == [
         "mac2: thunderbolt_prefix 16 differs from 24 on mac1 — set thunderbolt_prefix once for "
         "the whole cluster group"
+    ]
+
+
+# --- bad inventories: every value that reaches ~/.ssh files, hostfiles or a command line -------
+LONG_LABEL = "m" * 64 + ".local"
+LONG_NAME = ".".join(["m" * 60] * 5)
+# (host, {var: value}) applied to two_macs(); each case names the host and the field of the one
+# message it must produce, and words of its fix.
+BAD = {
+    "name with spaces and a quote": (
+        "Jane's MacBook Pro", {"ansible_host": None, "thunderbolt_ip": "198.19.0.3"},
+        "\"Jane's MacBook Pro\": inventory name", "contains a space",
+        "use an inventory name like janes-macbook-pro with ansible_host: Janes-MacBook-Pro.local",
+    ),
+    "name with a space, ansible_host given": (
+        "mac 3", {"ansible_host": "198.18.1.23", "thunderbolt_ip": "198.19.0.3"},
+        "'mac 3': inventory name", "contains a space", "use an inventory name like mac-3",
+    ),
+    "name with a double quote": (
+        'mac"3', {"ansible_host": "198.18.1.23", "thunderbolt_ip": "198.19.0.3"},
+        "'mac\"3': inventory name", "contains a quote", "use an inventory name like mac3",
+    ),
+    "name with a newline": (
+        "mac3\nHost *", {"ansible_host": "198.18.1.23", "thunderbolt_ip": "198.19.0.3"},
+        "'mac3\\nHost *': inventory name", "line break", "use an inventory name like mac3-host",
+    ),
+    "name with a leading hyphen": (
+        "-oProxyCommand=x", {"ansible_host": "198.18.1.23", "thunderbolt_ip": "198.19.0.3"},
+        "'-oProxyCommand=x': inventory name", "starts with '-'",
+        "use an inventory name like oproxycommand-x",
+    ),
+    "name with an underscore": (
+        "mac_3", {"ansible_host": "198.18.1.23", "thunderbolt_ip": "198.19.0.3"},
+        "'mac_3': inventory name", "contains '_'", "use an inventory name like mac-3",
+    ),
+    "name with a 64-character label": (
+        LONG_LABEL, {"thunderbolt_ip": "198.19.0.3"}, f"{LONG_LABEL!r}: inventory name",
+        "longer than 63", "use an inventory name like",
+    ),
+    "name longer than 253 characters": (
+        LONG_NAME, {"thunderbolt_ip": "198.19.0.3"}, f"{LONG_NAME!r}: inventory name",
+        "longer than 253", "use an inventory name like",
+    ),
+    "name that looks like a bad address": (
+        "198.18.1.300", {"thunderbolt_ip": "198.19.0.3"},
+        "198.18.1.300: inventory name", "not a valid IPv4 address", "four numbers 0-255",
+    ),
+    "ansible_host as an ssh option": (
+        "mac2", {"ansible_host": "-oProxyCommand=x"},
+        "mac2: ansible_host '-oProxyCommand=x'", "starts with '-'", "IPv4 or IPv6 address",
+    ),
+    "ansible_host with a space": (
+        "mac2", {"ansible_host": "mac 2.local"},
+        "mac2: ansible_host 'mac 2.local'", "contains a space", "e.g. mac-2.local",
+    ),
+    "ansible_host with a newline": (
+        "mac2", {"ansible_host": "198.18.1.22\nProxyCommand x"},
+        "mac2: ansible_host '198.18.1.22\\nProxyCommand x'", "line break", "host name of letters",
+    ),
+    "ansible_host with a quote": (
+        "mac2", {"ansible_host": "mac2'.local"},
+        "mac2: ansible_host \"mac2'.local\"", "contains a quote", "e.g. mac2.local",
+    ),
+    "ansible_host with a comma (a from= list separator)": (
+        "mac2", {"ansible_host": "a.local,b.local"},
+        "mac2: ansible_host 'a.local,b.local'", "contains ','", "IPv4 or IPv6 address",
+    ),
+    "ansible_host with a wildcard": (
+        "mac2", {"ansible_host": "*.local"},
+        "mac2: ansible_host '*.local'", "contains '*'", "IPv4 or IPv6 address",
+    ),
+    "ansible_host IPv6 with a zone": (
+        "mac2", {"ansible_host": "fe80::1%en0"},
+        "mac2: ansible_host 'fe80::1%en0'", "contains '%' ':'", "IPv4 or IPv6 address",
+    ),
+    "ansible_host a bad IPv4 address": (
+        "mac1", {"ansible_host": "198.18.1.256"},
+        "mac1: ansible_host 198.18.1.256", "not a valid IPv4 address", "four numbers 0-255",
+    ),
+    "ansible_user with a space": (
+        "mac1", {"ansible_user": "Jane Doe"},
+        "mac1: ansible_user 'Jane Doe'", "contains a space", "`whoami` on that Mac",
+    ),
+    "ansible_user as an ssh option": (
+        "mac1", {"ansible_user": "-oProxyCommand=x"},
+        "mac1: ansible_user '-oProxyCommand=x'", "starts with '-'", "short user name",
+    ),
+    "ansible_user with a newline": (
+        "mac2", {"ansible_user": "jane\nHost *"},
+        "mac2: ansible_user 'jane\\nHost *'", "line break", "short user name",
+    ),
+    "ansible_user with a quote": (
+        "mac2", {"ansible_user": 'ja"ne'},
+        "mac2: ansible_user 'ja\"ne'", "contains a quote", "short user name",
+    ),
+    "ansible_user with a shell character": (
+        "mac2", {"ansible_user": "jane;id"},
+        "mac2: ansible_user 'jane;id'", "contains ';'", "short user name",
+    ),
+    "ansible_user empty": (
+        "mac2", {"ansible_user": ""},
+        "mac2: ansible_user ''", "is empty", "short user name",
+    ),
+    "huge mpi_slots": (
+        "mac2", {"mpi_slots": 1000000000},
+        "mac2: mpi_slots 1000000000", "more than 256", "0 to 256",
+    ),
+    "mpi_slots just above the bound": (
+        "mac1", {"mpi_slots": "257"},
+        "mac1: mpi_slots 257", "more than 256", "0 to 256",
+    ),
+    "ansible_port out of range": (
+        "mac2", {"ansible_port": 70000},
+        "mac2: ansible_port 70000", "not a port number", "1 to 65535",
+    ),
+    "ansible_port not a number": (
+        "mac2", {"ansible_port": "22 -oProxyCommand=x"},
+        "mac2: ansible_port '22 -oProxyCommand=x'", "not a port number", "1 to 65535",
+    ),
+    "interface name with a space, on every host": (
+        "all", {"thunderbolt_interface": "Thunderbolt Bridge"},
+        "cluster: thunderbolt_interface 'Thunderbolt Bridge'", "not an interface name",
+        "e.g. bridge0",
+    ),
+    "interface name as an option, on every host": (
+        "all", {"thunderbolt_interface": "-x"},
+        "cluster: thunderbolt_interface '-x'", "not an interface name", "ip link",
+    ),
+    "interface name too long, on every host": (
+        "all", {"thunderbolt_interface": "thunderbolt0bridge0"},
+        "cluster: thunderbolt_interface 'thunderbolt0bridge0'", "not an interface name",
+        "up to 15",
+    ),
+    "thunderbolt_prefix on the first host only": (
+        "mac1", {"thunderbolt_prefix": 16},
+        "mac1: thunderbolt_prefix 16", "is set for this host only, while mac2 use the default",
+        "set it once under `cluster: vars:`",
+    ),
+    "thunderbolt_prefix on another host only": (
+        "mac2", {"thunderbolt_prefix": 24},
+        "mac2: thunderbolt_prefix 24", "is set for this host only, while mac1 use the default",
+        "set it once under `cluster: vars:`",
+    ),
+    "thunderbolt_interface on one host only": (
+        "mac2", {"thunderbolt_interface": "en5"},
+        "mac2: thunderbolt_interface en5", "is set for this host only",
+        "applies to the whole cluster",
+    ),
+}
+
+
+@pytest.mark.parametrize(("host", "values", "subject", "why", "fix"), BAD.values(), ids=BAD)
+def test_bad_inventory_names_the_host_the_field_and_the_fix(host, values, subject, why, fix):
+    hostvars = two_macs()
+    if host == "all":
+        for hv in hostvars.values():
+            hv.update(values)
+    else:
+        hostvars.setdefault(host, {}).update(values)
+        hostvars[host] = {k: v for k, v in hostvars[host].items() if v is not None}
+    [message] = errors(hostvars)
+    assert message.startswith(subject), message
+    problem, _, remedy = message.partition(" — ")
+    assert why in problem, message
+    assert fix in remedy, message
+    assert "\n" not in message  # one line each, whatever the value
+
+
+GOOD = {
+    "IPv6 ansible_host": {"ansible_host": "2001:db8::22"},
+    "unique-local IPv6": {"ansible_host": "fd00::22"},
+    "DNS ansible_host": {"ansible_host": "Janes-MacBook-Pro.local"},
+    "fully qualified": {"ansible_host": "mac2.lab.example.org"},
+    "dotted user": {"ansible_user": "jane.doe"},
+    "user with underscore and digits": {"ansible_user": "_mlx_2"},
+    "256 slots": {"mpi_slots": 256},
+    "port": {"ansible_port": 2222},
+}
+
+
+@pytest.mark.parametrize("values", GOOD.values(), ids=GOOD)
+def test_good_values_pass(values):
+    assert errors(two_macs(mac2=values)) == []
+
+
+def test_group_settings_on_every_host_are_fine():
+    hostvars = two_macs()
+    for hv in hostvars.values():
+        hv.update(thunderbolt_prefix=16, thunderbolt_interface="thunderbolt0")
+    assert errors(hostvars, prefix=24) == []
+    assert inv.cluster_inventory_errors(hostvars, list(hostvars), 24, "bridge0") == []
+
+
+def test_default_interface_is_checked_when_no_host_sets_one():
+    [message] = inv.cluster_inventory_errors(two_macs(), ["mac1", "mac2"], 24, "bad name")
+    assert message.startswith("cluster: thunderbolt_interface 'bad name' is not an interface name")
+
+
+def test_every_bad_value_at_once_one_line_each_in_inventory_order():
+    hostvars = {
+        "Jane's Mac": {"ansible_user": "jane doe", "mpi_slots": 10**9},
+        "mac2": {"ansible_host": "-oProxyCommand=x", "thunderbolt_prefix": 16},
+    }
+    found = errors(hostvars)
+    assert [e.split(" — ")[0].split(" (")[0] for e in found] == [
+        "\"Jane's Mac\": inventory name \"Jane's Mac\" is not a valid host name",
+        "\"Jane's Mac\": ansible_user 'jane doe' is not a user name",
+        "\"Jane's Mac\": mpi_slots 1000000000 is more than 256",
+        "mac2: thunderbolt_prefix 16 is set for this host only, while \"Jane's Mac\" use the "
+        "default",
+        "mac2: ansible_host '-oProxyCommand=x' is neither an IP address nor a DNS name",
     ]

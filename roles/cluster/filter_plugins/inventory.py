@@ -5,6 +5,7 @@ import this file and call them directly.
 """
 
 import ipaddress
+import re
 from collections import Counter
 
 DEFAULT_SLOTS = 1
@@ -103,30 +104,185 @@ def _check_prefix(prefix):
     return value, []
 
 
-def _check_slots(name, hostvar):
-    if "mpi_slots" not in hostvar:
+# ---- Names and words that end up in ~/.ssh/config, known_hosts, authorized_keys (from=),
+# hostfiles and shell commands: only what these allow gets past validation.
+
+MAX_SLOTS = 256  # a Mac has a few dozen cores at most; more is a typo
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_INTERFACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
+_QUOTES = "'\"`‘’“”"
+
+
+def _is_address(value):
+    """An IPv4 or IPv6 literal without a zone (%en0), which no ssh file or from= can carry."""
+    return "%" not in str(value) and _is_ip(value)
+
+
+def _is_host_name(value):
+    """An RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens."""
+    value = str(value)
+    return len(value) <= 253 and all(_LABEL.fullmatch(label) for label in value.split("."))
+
+
+def _looks_numeric(value):
+    return str(value).replace(".", "").isdigit()
+
+
+def _why_not(value, max_length=253):
+    """The first thing that makes value unusable as a name, in words."""
+    value = str(value)
+    if not value:
+        return "it is empty"
+    if value.startswith("-"):
+        return "it starts with '-', which ssh and mpirun would read as an option"
+    if any(c in "\r\n" for c in value):
+        return "it contains a line break"
+    if any(c.isspace() for c in value):
+        return "it contains a space"
+    if any(c in _QUOTES for c in value):
+        return "it contains a quote"
+    bad = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c in "-."))})
+    if bad:
+        return "it contains " + " ".join(repr(c) for c in bad)
+    if len(value) > max_length:
+        return f"it is longer than {max_length} characters"
+    if any(len(label) > 63 for label in value.split(".")):
+        return "a part between dots is longer than 63 characters"
+    return "a part between dots is empty or starts or ends with '-'"
+
+
+def _suggest_name(value, lower=True):
+    """'Jane's MacBook Pro' -> 'janes-macbook-pro' (lower=False: 'Janes-MacBook-Pro', the
+    name macOS gives the Mac on the local network)."""
+    text = "".join(c for c in str(value) if c not in _QUOTES)
+    text = re.sub(r"[^A-Za-z0-9.]+", "-", text)
+    labels = [label.strip("-")[:63].strip("-") for label in text.split(".")]
+    text = ".".join(label for label in labels if label)[:253].strip(".-") or "mac1"
+    return text.lower() if lower else text
+
+
+def _label(name):
+    """How a message names a host: as is, or quoted when the name itself is the problem."""
+    return str(name) if _is_host_name(name) or _is_address(name) else repr(str(name))
+
+
+def _check_name(name, hostvar):
+    if _is_address(name) or (_is_host_name(name) and not _looks_numeric(name)):
         return []
-    value = hostvar["mpi_slots"]
-    if _int_or_none(value) is None:
+    if _looks_numeric(name):
         return [
-            f"{name}: mpi_slots {value!r} is not a non-negative integer — set the number of "
-            "ranks to start on this host (0 keeps it out of the hostfile)"
+            f"{name}: inventory name {name} is not a valid IPv4 address — use four numbers "
+            "0-255 separated by dots, or a host name such as mac1"
+        ]
+    fix = f"use an inventory name like {_suggest_name(name)}"
+    if not hostvar.get("ansible_host"):
+        address = _suggest_name(name, lower=False)
+        if any(c.isspace() or c in _QUOTES for c in str(name)):  # a Mac's computer name
+            address += ".local"
+        fix += f" with ansible_host: {address}"
+    return [
+        f"{_label(name)}: inventory name {str(name)!r} is not a valid host name "
+        f"({_why_not(name)}; use letters, digits, hyphens and dots) — {fix}"
+    ]
+
+
+def _check_ansible_host(name, hostvar):
+    value = hostvar.get("ansible_host")
+    if value is None or value == "":
+        return []  # the inventory name is the address, checked by _check_name
+    value = str(value)
+    if _is_address(value):
+        return []
+    if _looks_numeric(value):
+        return [
+            f"{_label(name)}: ansible_host {value} is not a valid IPv4 address — use four numbers "
+            "0-255 separated by dots, or a DNS name"
+        ]
+    if _is_host_name(value):
+        return []
+    return [
+        f"{_label(name)}: ansible_host {value!r} is neither an IP address nor a DNS name "
+        f"({_why_not(value)}) — use an IPv4 or IPv6 address (e.g. 192.168.1.21) or a host name "
+        f"of letters, digits, hyphens and dots (e.g. {_suggest_name(value, lower=False)})"
+    ]
+
+
+def _user_why(value):
+    if not value:
+        return "it is empty"
+    if value.startswith("-"):
+        return "it starts with '-', which ssh would read as an option"
+    if any(c in "\r\n" for c in value):
+        return "it contains a line break"
+    if any(c.isspace() for c in value):
+        return "it contains a space"
+    if any(c in _QUOTES for c in value):
+        return "it contains a quote"
+    bad = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c in "_.-"))})
+    if bad:
+        return "it contains " + " ".join(repr(c) for c in bad)
+    return "it is longer than 64 characters"
+
+
+def _check_user(name, hostvar):
+    value = hostvar.get("ansible_user")
+    if value is None:
+        return []  # the login of whoever runs Ansible
+    value = str(value)
+    if _USER.fullmatch(value):
+        return []
+    return [
+        f"{_label(name)}: ansible_user {value!r} is not a user name ({_user_why(value)}) — set "
+        "the Mac's short user name (`whoami` on that Mac): letters, digits, '_', '.' and '-', "
+        "not starting with '-'"
+    ]
+
+
+def _check_port(name, hostvar):
+    if hostvar.get("ansible_port") is None:
+        return []
+    value = hostvar["ansible_port"]
+    port = _int_or_none(value)
+    if port is None or not 1 <= port <= 65535:
+        return [
+            f"{_label(name)}: ansible_port {value!r} is not a port number — use a whole number "
+            "from 1 to 65535 (sshd's port, 22 unless you changed it)"
         ]
     return []
 
 
-def _check_ansible_host(name, hostvar):
-    value = str(hostvar.get("ansible_host") or name)
-    looks_numeric = value.replace(".", "").isdigit()
-    if looks_numeric and not _is_ip(value):
+def _check_interface(where, value):
+    if _INTERFACE.fullmatch(str(value)):
+        return []
+    return [
+        f"{where}: thunderbolt_interface {str(value)!r} is not an interface name — use the name "
+        "`ifconfig` (macOS) or `ip link` (Linux) shows, e.g. bridge0 or thunderbolt0: up to 15 "
+        "letters, digits, '_', '.' and '-'"
+    ]
+
+
+def _check_slots(name, hostvar):
+    if "mpi_slots" not in hostvar:
+        return []
+    value = hostvar["mpi_slots"]
+    slots = _int_or_none(value)
+    if slots is None:
         return [
-            f"{name}: ansible_host {value} is not a valid IPv4 address — use four numbers "
-            "0-255 separated by dots, or a DNS name"
+            f"{_label(name)}: mpi_slots {value!r} is not a non-negative integer — set the number "
+            f"of ranks to start on this host, 0 to {MAX_SLOTS} (0 keeps it out of the hostfile)"
+        ]
+    if slots > MAX_SLOTS:
+        return [
+            f"{_label(name)}: mpi_slots {slots} is more than {MAX_SLOTS} — set the number of "
+            f"ranks to start on this host, 0 to {MAX_SLOTS}: usually 1 per Mac (MLX uses every "
+            "core of the GPU from one process)"
         ]
     return []
 
 
 def _check_thunderbolt_ip(name, value, prefix):
+    name = _label(name)
     try:
         address = ipaddress.IPv4Address(str(value))
     except ValueError:
@@ -153,6 +309,35 @@ def _check_thunderbolt_ip(name, value, prefix):
     return network, []
 
 
+# Settings that mean one thing for the whole cluster: a value on some hosts only would be
+# used by those hosts alone (Ansible gives each host its own variables), so it is an error.
+GROUP_SETTINGS = ("thunderbolt_prefix", "thunderbolt_interface")
+
+
+def _group_setting(hostvars, hosts, setting, default):
+    """(value for the cluster, errors): the inventory value when every host has the same one,
+    the role default when none has one."""
+    present = [h for h in hosts if setting in hostvars[h]]
+    if not present:
+        return default, []
+    if len(present) < len(hosts):
+        others = [h for h in hosts if h not in present]
+        return hostvars[present[0]][setting], [
+            f"{_label(h)}: {setting} {hostvars[h][setting]} is set for this host only, while "
+            f"{', '.join(map(_label, others[:3]))}{' ...' if len(others) > 3 else ''} use the "
+            f"default — {setting} applies to the whole cluster: set it once under "
+            "`cluster: vars:` (or on every host)"
+            for h in present
+        ]
+    first = hostvars[hosts[0]][setting]
+    return first, [
+        f"{_label(h)}: {setting} {hostvars[h][setting]} differs from {first} on "
+        f"{_label(hosts[0])} — set {setting} once for the whole cluster group"
+        for h in hosts
+        if str(hostvars[h][setting]) != str(first)
+    ]
+
+
 def _check_unique(entries):
     """entries: (host, field, value) triples; a value may name only one host."""
     owners = {}
@@ -166,18 +351,19 @@ def _check_unique(entries):
         if first_host == host:
             continue  # e.g. ansible_host equal to the inventory name
         errors.append(
-            f"{host}: {field} {value} is also the {first_field} of {first_host} — "
+            f"{_label(host)}: {field} {value} is also the {first_field} of {_label(first_host)} — "
             f"give every host its own {field}"
         )
     return errors
 
 
-def cluster_inventory_errors(hostvars, hosts, prefix):
+def cluster_inventory_errors(hostvars, hosts, prefix, interface="bridge0"):
     """Every problem with the `cluster` inventory, one message per host and field with its fix.
 
-    prefix is the default thunderbolt_prefix (a host's own inventory value wins, so this works
-    from a play on any host). An empty list means the inventory is usable. Nothing stops at the
-    first error, so a user fixes everything in one go.
+    prefix and interface are the role defaults of thunderbolt_prefix and thunderbolt_interface,
+    used when no host sets them. An empty list means the inventory is usable. Nothing stops at
+    the first error, so a user fixes everything in one go. Everything that passes is safe to
+    write into ~/.ssh/config, known_hosts, authorized_keys, hostfiles and command lines.
     """
     hosts = list(hosts or [])
     if not hosts:
@@ -185,15 +371,15 @@ def cluster_inventory_errors(hostvars, hosts, prefix):
             "cluster: the inventory group `cluster` is missing or empty — list your hosts under "
             "cluster: hosts: (see inventory/examples/)"
         ]
-    prefixes = {h: hostvars[h].get("thunderbolt_prefix", prefix) for h in hosts}
-    errors = [
-        f"{name}: thunderbolt_prefix {value} differs from {prefixes[hosts[0]]} on {hosts[0]} — "
-        "set thunderbolt_prefix once for the whole cluster group"
-        for name, value in prefixes.items()
-        if str(value) != str(prefixes[hosts[0]])
-    ]
-    prefix, prefix_errors = _check_prefix(prefixes[hosts[0]])
+    errors = []
+    prefix, group_errors = _group_setting(hostvars, hosts, "thunderbolt_prefix", prefix)
+    errors += group_errors
+    prefix, prefix_errors = _check_prefix(prefix)
     errors += prefix_errors
+    interface, group_errors = _group_setting(hostvars, hosts, "thunderbolt_interface", interface)
+    errors += group_errors
+    if not group_errors:
+        errors += _check_interface("cluster", interface)
     identities = []
     networks = {}
     with_tb = [h for h in hosts if hostvars[h].get("thunderbolt_ip")]
@@ -202,7 +388,10 @@ def cluster_inventory_errors(hostvars, hosts, prefix):
         identities.append((name, "inventory name", name))
         if hv.get("ansible_host"):  # unset, it is the inventory name, checked just above
             identities.append((name, "ansible_host", hv["ansible_host"]))
+        errors += _check_name(name, hv)
         errors += _check_ansible_host(name, hv)
+        errors += _check_user(name, hv)
+        errors += _check_port(name, hv)
         errors += _check_slots(name, hv)
         if hv.get("thunderbolt_ip"):
             identities.append((name, "thunderbolt_ip", hv["thunderbolt_ip"]))
@@ -212,8 +401,8 @@ def cluster_inventory_errors(hostvars, hosts, prefix):
                 networks[name] = (hv["thunderbolt_ip"], network)
         elif with_tb:
             errors.append(
-                f"{name}: thunderbolt_ip is missing while {with_tb[0]} has one — set "
-                "thunderbolt_ip on every host of `cluster`, or on none"
+                f"{_label(name)}: thunderbolt_ip is missing while {_label(with_tb[0])} has one — "
+                "set thunderbolt_ip on every host of `cluster`, or on none"
             )
     errors += _check_unique(identities)
     errors += _subnet_errors(networks, prefix)
@@ -222,8 +411,10 @@ def cluster_inventory_errors(hostvars, hosts, prefix):
             "cluster: every host has mpi_slots 0 — give at least one host mpi_slots 1 or more"
         )
     # Group the messages by host, in inventory order (cluster-wide ones first).
-    order = {name: i for i, name in enumerate(hosts)}
-    return sorted(errors, key=lambda error: order.get(error.split(":")[0], -1))
+    order = {_label(name) + ":": i for i, name in enumerate(hosts)}
+    return sorted(
+        errors, key=lambda error: next((i for k, i in order.items() if error.startswith(k)), -1)
+    )
 
 
 def _subnet_errors(networks, prefix):
@@ -235,8 +426,9 @@ def _subnet_errors(networks, prefix):
     # most_common keeps first-seen order on ties, so the first host's subnet wins a tie.
     subnet = Counter(net for _, net in networks.values()).most_common(1)[0][0]
     return [
-        f"{name}: thunderbolt_ip {address} is outside {subnet} (thunderbolt_prefix {prefix}) — "
-        "put every thunderbolt_ip in one subnet, or lower thunderbolt_prefix to widen the subnet"
+        f"{_label(name)}: thunderbolt_ip {address} is outside {subnet} "
+        f"(thunderbolt_prefix {prefix}) — put every thunderbolt_ip in one subnet, or lower "
+        "thunderbolt_prefix to widen the subnet"
         for name, (address, network) in networks.items()
         if network != subnet
     ]

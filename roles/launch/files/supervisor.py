@@ -27,6 +27,7 @@ any command line that contains the pattern itself. Python 3 standard library onl
 """
 
 import argparse
+import contextlib
 import fcntl
 import json
 import os
@@ -496,10 +497,9 @@ def stop(args):
             os.kill(job["supervisor_pid"], signal.SIGTERM)  # the daemon kills the job now
             job = wait_terminal(run_dir, 30)
         if job["state"] not in TERMINAL:  # the daemon is gone: kill the job from here
-            if alive(job["supervisor_pid"]):
-                os.kill(job["supervisor_pid"], signal.SIGKILL)
-            if job.get("launcher_pid") and alive(job["launcher_pid"]):
-                os.killpg(job["launcher_pid"], signal.SIGKILL)
+            for pid, kill in ((job["supervisor_pid"], os.kill), (job["launcher_pid"], os.killpg)):
+                with contextlib.suppress(OSError, TypeError):  # gone already, or never launched
+                    kill(pid, signal.SIGKILL)
             job.update(state="stopped", reason=args.reason, ended=time.time())
             write_atomic(run_dir / "job.json", json.dumps(job, indent=1) + "\n")
     left = sweep(job["rank_hosts"], job["job_pattern"], exclude=[job["supervisor_pid"]])

@@ -1,0 +1,259 @@
+"""roles/launch/files/supervisor.py for real on this machine: a "cluster" of two local ranks under
+the real mpirun, launched as train.yml launches them (command.sh in the run directory, each rank
+`cd <work dir> && exec python -m train ... --out runs/<name>`). Faults are real signals; every
+test ends with no process of its job left, also when it fails."""
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from .conftest import MPIRUN, ROOT, mpirun_cmd, needs_mpirun, run, train_cmd
+from .test_resume import assert_same_weights
+
+pytestmark = [needs_mpirun, pytest.mark.timeout(180)]
+SUPERVISOR = ROOT / "roles" / "launch" / "files" / "supervisor.py"
+SETTINGS = ("--batch-size", "32", "--checkpoint-every", "100", "--log-every", "100",
+            "--eval-every", "0")
+STEPS = 1500
+STALL = 8  # --stall-timeout of these tests, seconds
+HOSTS = json.dumps([{"rank": 0, "host": "h0", "address": "local"},
+                    {"rank": 1, "host": "h1", "address": "local"}])
+names = itertools.count()
+
+
+def command_sh(work, name, steps):
+    """What train.yml's command.sh does, with this machine's mpirun, Python and train/."""
+    as_root = "--allow-run-as-root " if os.geteuid() == 0 else ""
+    program = (f"cd {work} && mkdir -p runs/{name}/logs && export PYTHONPATH={ROOT} "
+               f"PYTHONUNBUFFERED=1 && exec {sys.executable} -m train \"$@\" "
+               f">runs/{name}/logs/rank.$OMPI_COMM_WORLD_RANK.log 2>&1")
+    args = " ".join((*SETTINGS, "--steps", str(steps), "--out", f"runs/{name}", "--heartbeat",
+                     f"'runs/{name}/logs/rank.{{rank}}.heartbeat'"))
+    return (f"#!/bin/sh\nexec {MPIRUN} --bind-to none --oversubscribe {as_root}-np 2 "
+            f"/bin/sh -c '{program}' train {args} \"$@\"\n")
+
+
+def supervisor(*args, check=True):
+    return run([sys.executable, SUPERVISOR, *map(str, args)], check=check, timeout=400)
+
+
+class Job:
+    """One supervised run in its own work dir; cleanup() kills whatever of it is left."""
+
+    def __init__(self, tmp_path, kind, steps=STEPS):
+        self.work = tmp_path / "work"
+        self.name = f"{kind}-{os.getpid()}-{next(names)}"
+        self.dir = self.work / "runs" / self.name
+        (self.dir / "logs").mkdir(parents=True)
+        (self.dir / "command.sh").write_text(command_sh(self.work, self.name, steps))
+        self.lock = tmp_path / "supervisor.lock"
+        self.pattern = f"-m trai[n] .*--out ([^ ]*/)?runs/{self.name}([^A-Za-z0-9._-]|$)"
+        self.pid = None
+
+    def start(self, *options):
+        out = supervisor("start", "--run-dir", self.dir, "--lock", self.lock, "--rank-hosts",
+                         HOSTS, "--stall-timeout", STALL, "--restart-backoff", 1, "--poll",
+                         0.5, *options).stdout
+        assert out.startswith("started "), out
+        self.pid = int(out.split()[1])
+
+    def job(self):
+        return json.loads((self.dir / "job.json").read_text())
+
+    def wait(self, condition, timeout):
+        """The job record once condition(job) holds; fails past the timeout."""
+        deadline = time.monotonic() + timeout
+        while not condition(job := self.job()):
+            assert time.monotonic() < deadline, (job, self.log())
+            time.sleep(0.1)
+        return job
+
+    def wait_step(self, step, timeout=90):
+        return self.wait(lambda j: j["state"] == "running" and (j["last_step"] or 0) >= step,
+                         timeout)
+
+    def wait_end(self, timeout):
+        job = self.wait(lambda j: j["state"] in ("finished", "stopped", "failed"), timeout)
+        deadline = time.monotonic() + 10  # the daemon exits right after its last record
+        while alive(self.pid):
+            assert time.monotonic() < deadline, "the supervisor did not exit"
+            time.sleep(0.1)
+        return job
+
+    def rank_pid(self, rank):
+        return json.loads((self.dir / "logs" / f"rank.{rank}.heartbeat").read_text())["pid"]
+
+    def left(self):
+        """pids of processes of this job still running (any state but zombie)."""
+        out = subprocess.run(["pgrep", "-f", "--", self.pattern], capture_output=True, text=True)
+        pids = [int(p) for p in out.stdout.split()]
+        return [p for p in pids if state(p) not in (None, "Z")]
+
+    def log(self):
+        path = self.dir / "supervisor.log"
+        return path.read_text() if path.exists() else ""
+
+    def cleanup(self):
+        if self.pid and alive(self.pid):
+            os.kill(self.pid, signal.SIGKILL)
+        subprocess.run(["pkill", "-KILL", "-f", "--", self.pattern])
+
+
+def alive(pid):
+    return state(pid) not in (None, "Z")
+
+
+def state(pid):
+    out = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True)
+    return out.stdout.strip()[:1] or None
+
+
+@pytest.fixture
+def jobs(tmp_path):
+    made = []
+
+    def make(kind, steps=STEPS):
+        made.append(Job(tmp_path, kind, steps))
+        return made[-1]
+
+    yield make
+    for job in made:
+        job.cleanup()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The same job run straight through, two ranks: its final checkpoint is the reference."""
+    out = tmp_path_factory.mktemp("whole") / "run"
+    app = train_cmd(*SETTINGS, "--steps", STEPS, "--out", out)
+    run(mpirun_cmd(app, train_cmd(*SETTINGS, "--steps", STEPS, "--out", out.with_name("r1"))))
+    return out
+
+
+def test_frozen_rank_is_found_and_the_job_resumes(jobs, uninterrupted):
+    job = jobs("stall")
+    job.start()
+    job.wait_step(150)
+    frozen = job.rank_pid(1)
+    os.kill(frozen, signal.SIGSTOP)
+    fault = time.time()
+
+    done = job.wait_end(120)
+    restart = done["restarts"][0]
+    detected, resumed = restart["at"] - fault, restart["resumed_at"] - fault
+    print(f"\nSIGSTOP of rank 1: detected after {detected:.1f} s (stall timeout {STALL} s), "
+          f"training again after {resumed:.1f} s")
+    # the last heartbeat before the fault is at most 1 s old; then polling and the probe
+    assert STALL - 1.5 < detected < STALL + 5, job.log()
+    assert done["state"] == "finished" and done["reason"] == "completed", job.log()
+    assert len(done["restarts"]) == 1 and restart["reason"] == "stall"
+    assert restart["suspect"].startswith(f"rank 1 on h1: process {frozen} is stopped (state T")
+    assert restart["from_step"] >= 100 and "--resume" in job.log()
+    assert (job.dir / "exit_status").read_text() == "0\n"
+    assert_same_weights(job.dir, uninterrupted)
+    assert job.left() == [] and state(frozen) is None
+
+
+def test_killed_rank_is_restarted(jobs, uninterrupted):
+    job = jobs("killed")
+    job.start()
+    job.wait_step(150)
+    os.kill(job.rank_pid(1), signal.SIGKILL)
+    fault = time.time()
+
+    done = job.wait_end(120)
+    restart = done["restarts"][0]
+    detected, resumed = restart["at"] - fault, restart["resumed_at"] - fault
+    print(f"\nSIGKILL of rank 1: detected after {detected:.1f} s, training again after "
+          f"{resumed:.1f} s")
+    assert done["state"] == "finished" and len(done["restarts"]) == 1, job.log()
+    assert restart["reason"] == "rank_failed" and detected < 5
+    assert restart["suspect"] == "rank 1 on h1: killed by signal 9", restart
+    assert_same_weights(job.dir, uninterrupted)
+    assert job.left() == []
+
+
+def test_stop_checkpoints_and_a_second_start_is_refused(jobs):
+    job, other = jobs("stop", steps=100000), jobs("other")
+    job.start()
+    job.wait_step(50)
+    refused = supervisor("start", "--run-dir", other.dir, "--lock", job.lock, check=False)
+    assert refused.returncode == 3 and refused.stdout == ""
+    [line] = refused.stderr.splitlines()
+    assert f"run {job.name} is already running (supervisor pid {job.pid}" in line
+    assert f"stop --run-dir {job.dir}" in line and not (other.dir / "job.json").exists()
+
+    stopped = supervisor("stop", "--run-dir", job.dir, "--timeout", 60)
+    done = job.job()
+    step = json.loads((job.dir / "stopped.json").read_text())["step"]
+    assert f"{job.name}: stopped (user)" in stopped.stdout
+    assert (done["state"], done["reason"], done["exit_status"]) == ("stopped", "user", 0)
+    assert (job.dir / "checkpoints" / f"step_{step:08d}").is_dir()
+    assert not (job.dir / "summary.json").exists() and not (job.dir / "stop").exists()
+    assert job.left() == [] and not alive(job.pid)
+    status = supervisor("status", "--runs-dir", job.dir.parent).stdout
+    assert f"{job.name}  stopped  step {step}/100000  restarts 0  user" in status
+
+
+def test_time_limit_stops_with_a_checkpoint_and_resume_completes(jobs, uninterrupted):
+    job = jobs("limit", steps=100000)
+    job.start("--time-limit", 4)  # ~1 s of training, less on a busy machine
+    done = job.wait_end(90)
+    stopped = json.loads((job.dir / "stopped.json").read_text())
+    assert (done["state"], done["reason"], done["exit_status"]) == ("stopped", "time_limit", 0)
+    assert stopped["reason"] == "time_limit" and 1 <= stopped["step"] < STEPS, stopped
+    assert (job.dir / "checkpoints" / f"step_{stopped['step']:08d}").is_dir()
+    assert job.left() == []
+
+    resumed = run(["sh", job.dir / "command.sh", "--resume", "--steps", str(STEPS)])
+    assert resumed.returncode == 0 and (job.dir / "summary.json").exists()
+    assert_same_weights(job.dir, uninterrupted)
+
+
+def test_launcher_hanging_after_summary_is_stopped(jobs):
+    """A stand-in for Open MPI 5's mpirun that never exits after the job (prrte#1839)."""
+    job = jobs("hang")
+    (job.dir / "command.sh").write_text(
+        "echo '[train] done' && echo '{}' >summary.json && exec sleep 600\n")
+    job.start("--exit-grace", 2)
+    done = job.wait_end(30)
+    assert (done["state"], done["reason"], done["restarts"]) == ("finished", "hung_at_exit", [])
+    assert done["exit_status"] == 128 + signal.SIGTERM and not alive(done["launcher_pid"])
+    assert "openpmix/prrte#1839" in job.log()
+
+
+def test_status_shows_a_dead_supervisor_as_lost(tmp_path):
+    run_dir = tmp_path / "runs" / "gone"
+    run_dir.mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    job = {"run": "gone", "supervisor_pid": dead.pid, "state": "running", "last_step": 7,
+           "steps": 10, "restarts": [], "reason": None}
+    (run_dir / "job.json").write_text(json.dumps(job))
+    assert supervisor("status", "--runs-dir", tmp_path / "runs").stdout == (
+        "gone  lost  step 7/10  restarts 0\n")
+
+
+def test_stop_kills_a_job_whose_supervisor_died(tmp_path):
+    run_dir = tmp_path / "runs" / "orphan"
+    run_dir.mkdir(parents=True)
+    launcher = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    try:
+        job = {"run": "orphan", "supervisor_pid": dead.pid, "launcher_pid": launcher.pid,
+               "state": "running", "reason": None, "restarts": [], "last_step": 3,
+               "job_pattern": "-m trai[n] .*--out ([^ ]*/)?runs/orphan([^A-Za-z0-9._-]|$)",
+               "rank_hosts": [{"rank": 0, "host": "h0", "address": "local"}]}
+        (run_dir / "job.json").write_text(json.dumps(job))
+        out = supervisor("stop", "--run-dir", run_dir, "--timeout", 1).stdout
+        assert "orphan: stopped (user) at step 3" in out
+        assert launcher.wait(5) == -signal.SIGKILL
+    finally:
+        launcher.kill()
