@@ -15,6 +15,7 @@ from tests.unit.plugins import ROOT, load
 from train import cli
 
 launch = load("roles/launch/filter_plugins/launch.py")
+supervisor = load("roles/launch/files/supervisor.py")
 layout = load("roles/cluster/filter_plugins/layout.py")
 mpi = load("roles/cluster/filter_plugins/mpi.py")
 # The one table of train.yml's options (roles/launch/vars/main.yml reads the same file).
@@ -277,50 +278,38 @@ RING = ("\x1b[33m[WARN] Node with rank 1 exited with code 255 \x1b[0m\n"
 
 
 @pytest.mark.parametrize(
-    ("log", "rank", "reason"),
-    [(OMPI4_SIGNAL, 2, "killed by signal 9 (Killed)"),
-     (OMPI4_EXIT, 2, "exited with code 3"),
-     (OMPI5_SIGNAL, 1, "killed by signal 9 (Killed)"),
-     (OMPI5_EXIT, 2, "exited with code 3"),
-     (RING, 1, "exited with code 255"),
-     ("[train] step 10/10 loss 0.1\n", None, None)],
+    ("log", "found"),
+    [(OMPI4_SIGNAL, (2, "killed by signal 9")),
+     (OMPI4_EXIT, (2, "exited with code 3")),
+     (OMPI5_SIGNAL, (1, "killed by signal 9")),
+     (OMPI5_EXIT, (2, "exited with code 3")),
+     (RING, (1, "exited with code 255")),
+     ("[train] step 10/10 loss 0.1\n", None)],
 )
-def test_failed_rank_is_read_from_the_launcher_output(log, rank, reason):
-    assert launch.launch_failed_rank(log) == (rank, reason)
+def test_the_supervisor_reads_the_failed_rank_from_the_launcher_output(log, found):
+    # mlx.launch exits 0 when a rank fails: its words are what tells a failure from a success.
+    assert supervisor.failed_rank(log) == found
 
 
-def test_failure_report_names_host_rank_and_last_lines():
-    job = {"rc": 137, "timed_out": False, "time_limit": 60, "summary": False}
+def test_verdict_names_host_rank_restarts_and_last_lines():
+    job = {"run": "r", "state": "failed", "reason": "rank_failed", "restarts": [{}, {}],
+           "suspect": "rank 2 on b: killed by signal 9"}
     logs = {"0": "[train] step 10\n", "2": "line 1\nTraceback\nRuntimeError: boom\n"}
-    report = launch.launch_failure_report(job, OMPI4_SIGNAL, logs, ["a", "a", "b"])
-    assert report.startswith("Training failed: rank 2 on b killed by signal 9 (Killed).")
+    report = launch.launch_verdict(job, logs, ["a", "a", "b"])
+    assert report.startswith("Training failed: a rank failed; suspect: rank 2 on b: killed by "
+                             "signal 9; 2 automatic restart(s).")
     assert "Last lines of rank 2 (b):\n    line 1\n    Traceback\n    RuntimeError: boom" in report
+    stalled = launch.launch_verdict({**job, "reason": "stall", "suspect": "rank 1 on a: process "
+                                     "7 is stopped"}, {}, ["a", "a"], unreachable=["c"])
+    assert "the job stalled" in stalled and "stopped answering Ansible: c" in stalled
 
 
-def test_ring_failure_counts_although_mlx_launch_exits_0():
-    job = {"rc": 0, "timed_out": False, "time_limit": 60, "summary": False}
-    report = launch.launch_failure_report(job, RING, {}, ["a", "b"])
-    assert report.startswith("Training failed: rank 1 on b exited with code 255.")
-
-
-def test_time_limit_and_missing_summary_are_failures_too():
-    timed_out = {"rc": 143, "timed_out": True, "time_limit": 60, "summary": False}
-    assert "time limit of 60 s" in launch.launch_failure_report(timed_out, "", {}, ["a"])
-    silent = {"rc": 0, "timed_out": False, "time_limit": 60, "summary": False}
-    report = launch.launch_failure_report(silent, "", {"1": "train: error: boom"}, ["a", "b"])
-    assert "without a summary.json; rank 1 on b reported an error" in report
-    fine = {"rc": 0, "timed_out": False, "time_limit": 60, "summary": True}
-    assert launch.launch_failure_report(fine, "", {}, ["a"]) is None
-
-
-def test_launcher_stopped_after_the_job_finished_is_a_success():
-    # mpirun was TERMed because it outlived summary.json (prrte#1839): its rc and the messages it
-    # printed on the way out do not count; without summary.json the same stop is a failure.
-    hung = {"rc": 143, "timed_out": False, "time_limit": 60, "summary": True, "hung_at_exit": True}
-    assert launch.launch_failure_report(hung, OMPI5_SIGNAL, {}, ["a", "b"]) is None
-    unfinished = {**hung, "summary": False}
-    assert launch.launch_failure_report(unfinished, "", {}, ["a"]).startswith(
-        "Training failed: the launcher exited with code 143 without a summary.json")
+def test_finished_and_stopped_runs_are_not_failures_but_a_lost_launch_host_is():
+    assert launch.launch_verdict({"state": "finished", "reason": "hung_at_exit"}, {}, []) is None
+    assert launch.launch_verdict({"state": "stopped", "reason": "time_limit"}, {}, []) is None
+    lost = launch.launch_verdict({"run": "r", "state": "running"}, {}, [], lost_contact=True)
+    assert "the job goes on under its supervisor" in lost and "-e attach=r" in lost
+    assert "last known state: unknown" in launch.launch_verdict({}, {}, [])
 
 
 def test_summary_lines():
@@ -330,3 +319,15 @@ def test_summary_lines():
     assert lines == ["final loss 0.2000, eval loss 0.1500, eval accuracy 95.6%",
                      "world size 4, steps 60, 1234 samples/s, 10.0 s wall time",
                      "results: /p/runs/r"]
+
+
+def test_summary_lines_of_a_restarted_and_of_a_stopped_run():
+    job = {"run": "r", "state": "finished", "restarts": [
+        {"reason": "stall", "from_step": 300, "lost_s": 12.4}]}
+    lines = launch.launch_summary_lines({"steps": 60}, "/p/runs/r", job)
+    assert "1 automatic restart(s) (stall at step 300), 12 s of work redone" in lines
+    stopped = {"run": "r", "state": "stopped", "reason": "time_limit", "last_step": 700,
+               "steps": 1500, "restarts": []}
+    lines = launch.launch_summary_lines({}, "/p/runs/r", stopped)
+    assert lines[0] == "stopped at step 700 of 1500 (time_limit) with a checkpoint there"
+    assert "ansible-playbook train.yml -e resume=true -e run_name=r" in lines[1]

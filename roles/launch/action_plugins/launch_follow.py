@@ -51,7 +51,7 @@ class ActionModule(ActionBase):
         last_contact = time.monotonic()
         while True:
             try:
-                job, data = self._poll(args["job"], args["log"], offset)
+                job, size, data = self._poll(args["job"], args["log"], offset)
             except (AnsibleConnectionFailure, OSError) as error:
                 lost = time.monotonic() - last_contact
                 if lost > reconnect:
@@ -65,11 +65,9 @@ class ActionModule(ActionBase):
                 time.sleep(min(interval * 2, 10))
                 continue
             last_contact = time.monotonic()
-            if _attempt(job) != _attempt(shown):
-                offset, pending = 0, b""  # a restarted job writes a fresh rank 0 log
-                data = b""
-            else:
-                offset += len(data)
+            if size < offset:  # a restarted job's rank 0 starts its log afresh: read it whole
+                offset, pending, data = 0, b"", b""
+            offset += len(data)
             *complete, pending = (pending + data).split(b"\n")
             for line in complete:
                 display.display(f"[{label}] {to_text(line, errors='surrogate_or_replace')}")
@@ -86,14 +84,15 @@ class ActionModule(ActionBase):
         return result
 
     def _poll(self, job_path, log_path, offset):
-        """(job.json as a dict, new log bytes after offset) in one command.
+        """(job.json as a dict, the log's size, new log bytes after offset) in one command.
 
         job.json is read before the log, so once it says the job ended the log read after it
         is complete.
         """
+        log = shlex.quote(log_path)
         command = (
             f"cat {shlex.quote(job_path)} 2>/dev/null; echo; echo {SEPARATOR.decode()}; "
-            f"tail -c +{offset + 1} {shlex.quote(log_path)} 2>/dev/null; true"
+            f"wc -c <{log} 2>/dev/null || echo 0; tail -c +{offset + 1} {log} 2>/dev/null; true"
         )
         res = self._low_level_execute_command(command, sudoable=False)
         if res["rc"] == 255:  # ssh itself failed
@@ -101,12 +100,13 @@ class ActionModule(ActionBase):
         if res["rc"] != 0:
             raise AnsibleActionFail(f"could not read the job's state: {res.get('stderr', '')}")
         out = to_bytes(res["stdout"], errors="surrogate_or_strict")
-        head, _, data = out.partition(b"\n" + SEPARATOR + b"\n")
+        head, _, rest = out.partition(b"\n" + SEPARATOR + b"\n")
+        size, _, data = rest.partition(b"\n")
         try:
             job = json.loads(head) if head.strip() else {}
         except ValueError:
             job = {}  # mid-replace: the next poll reads it whole
-        return job, data
+        return job, int(size.strip() or 0), data
 
     @staticmethod
     def _announce(label, before, job):

@@ -48,6 +48,21 @@ SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
 MPI_SIGNAL = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+"
                         r"exited\s+on\s+signal\s+(\d+)")
 MPI_EXIT = re.compile(r"Process name:\s*\[[^\n]*,(\d+)\]\s*\n\s*Exit code:\s*(\d+)")
+# mlx.launch (ring), which itself exits 0: "Node with rank 1 exited with code 255" / "was killed".
+RING_EXIT = re.compile(r"Node with rank (\d+) (?:exited with code (\d+)|was killed)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def failed_rank(text):
+    """(rank, why) of the first rank the launcher's output reports as failed, or None."""
+    text = ANSI.sub("", text)
+    found = [(m.start(), int(m.group(1)), f"killed by signal {m.group(4)}")
+             for m in MPI_SIGNAL.finditer(text)]
+    found += [(m.start(), int(m.group(1)), f"exited with code {m.group(2)}")
+              for m in MPI_EXIT.finditer(text)]
+    found += [(m.start(), int(m.group(1)), f"exited with code {m.group(2)}" if m.group(2)
+               else "was killed by mlx.launch") for m in RING_EXIT.finditer(text)]
+    return min(found)[1:] if found else None
 
 
 def log(message):
@@ -210,6 +225,12 @@ class Supervisor:
 
     def end(self, state, reason, code):
         (self.dir / "stop").unlink(missing_ok=True)
+        summary = read_json(self.dir / "summary.json")
+        if state == "finished" and summary is not None:  # what rank 0 cannot know
+            restarts = self.job["restarts"]
+            summary.update(restarts=len(restarts), restart_reasons=[r["reason"] for r in restarts],
+                           wall_time_lost_s=round(sum(r["lost_s"] for r in restarts), 1))
+            write_atomic(self.dir / "summary.json", json.dumps(summary, indent=1) + "\n")
         write_atomic(self.dir / "exit_status", f"{code}\n")  # the launcher's last exit code
         self.update(state=state, reason=reason, ended=time.time(), exit_status=code)
         log(f"job {state} ({reason}) at step {self.job['last_step']}; "
@@ -314,26 +335,22 @@ class Supervisor:
             return "stopped", stopped.get("reason", "user"), code
         if self.stopping:
             return "stopped", self.stopping[0], code
-        if code == 0:  # e.g. resuming a run that had already completed: nothing to do
+        suspect = self.failed_rank()
+        if code == 0 and suspect is None:  # e.g. resuming a run that had already completed
             return "finished", "completed", code
-        self.sweep()  # mpirun has stopped the ranks it could reach; make sure of the rest
-        self.update(suspect=self.failed_rank(code))
-        log(f"the launcher exited with code {code} without summary.json: {self.job['suspect']}")
+        if suspect is None:  # a daemon or host lost, not a rank: ask the hosts who is gone
+            suspect = self.find_suspect()[0]
+        self.sweep()  # the launcher has stopped the ranks it could reach; make sure of the rest
+        self.update(suspect=suspect)
+        log(f"the launcher exited with code {code} without summary.json: {suspect}")
         return "restart", "rank_failed", code
 
-    def failed_rank(self, code):
-        """Who failed, from the launcher's output of this launch."""
+    def failed_rank(self):
+        """"rank R on HOST: why" from the launcher's output of this launch, or None."""
         with open(self.dir / "launch.log", "rb") as f:
             f.seek(self.log_offset)
-            text = f.read().decode(errors="replace")
-        found = [(m.start(), int(m.group(1)), f"killed by signal {m.group(4)}")
-                 for m in MPI_SIGNAL.finditer(text)]
-        found += [(m.start(), int(m.group(1)), f"exited with code {m.group(2)}")
-                  for m in MPI_EXIT.finditer(text)]
-        if not found:
-            return f"launcher exited with code {code}"
-        _, rank, why = min(found)
-        return f"rank {rank} on {self.host_of(rank)}: {why}"
+            found = failed_rank(f.read().decode(errors="replace"))
+        return f"rank {found[0]} on {self.host_of(found[0])}: {found[1]}" if found else None
 
     def host_of(self, rank):
         return next((h["host"] for h in self.hosts if h["rank"] == rank), "an unknown host")
