@@ -204,7 +204,7 @@ def test_ring_backend_completes_and_reports_a_killed_rank(cluster, tmp_path):
                                max_restarts=0)
     assert run.status == "failed"
     message = failure_message(run)
-    assert re.search(rf"rank [12] on {victim} ", message), message
+    assert re.search(rf"rank [12] on {victim}: ", message), message
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
