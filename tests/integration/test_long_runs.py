@@ -148,9 +148,10 @@ def test_the_play_survives_the_controller_changing_address(vc, tmp_path):
         subprocess.run(["ip", "addr", "add", new, "dev", bridge], check=True)
         thread.join(timeout=900)
     finally:
+        # The new address goes first: deleting a subnet's primary address deletes the rest.
+        subprocess.run(["ip", "addr", "del", new, "dev", bridge], check=False)
         subprocess.run(["ip", "addr", "add", old, "dev", bridge], check=False)
         thread.join(timeout=900)
-        subprocess.run(["ip", "addr", "del", new, "dev", bridge], check=False)
     assert not thread.is_alive(), "the play never came back"
     run, out = outcome["value"]
     assert run.status == "successful", run.stdout[-6000:]
