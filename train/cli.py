@@ -2,11 +2,11 @@
 
 import argparse
 import re
-import sys
 from pathlib import Path
 
 from . import mnist
 from .data import IMAGE_DATASETS
+from .errors import fail
 
 BUILT_IN = {"mlp": IMAGE_DATASETS, "cnn": IMAGE_DATASETS, "gpt": ("text",)}
 LORA_DATASETS = ("jsonl",)
@@ -18,11 +18,6 @@ DEFAULTS = {"built-in": (1e-3, 64), "lora": (1e-5, 4)}
 class Parser(argparse.ArgumentParser):
     def error(self, message):
         fail(message)
-
-
-def fail(message):
-    print(f"train: error: {message}", file=sys.stderr)
-    sys.exit(2)
 
 
 def count(minimum):

@@ -14,7 +14,8 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten
 
-from . import checkpoint, cli, data, distributed, lora, models, report
+from . import checkpoint, data, distributed, lora, models, report
+from .errors import fail
 
 # A resumed run must have these settings of the run it continues.
 SAME_ON_RESUME = ("model", "dataset", "data", "batch_size", "seed")
@@ -56,13 +57,13 @@ def restore(args, model, optimizer, group):
     step = 0
     latest = checkpoint.latest(args.out) if group.rank() == 0 else None
     if latest and not args.resume:
-        cli.fail(f"--out {args.out} already has checkpoints; pass --resume to continue from "
+        fail(f"--out {args.out} already has checkpoints; pass --resume to continue from "
                  f"{latest.name} or choose another --out")
     if latest:
         state = checkpoint.load(latest, model, optimizer)
         for key in SAME_ON_RESUME:
             if state["config"][key] != config(args)[key]:
-                cli.fail(f"--resume: {latest} was made with --{key.replace('_', '-')} "
+                fail(f"--resume: {latest} was made with --{key.replace('_', '-')} "
                          f"{state['config'][key]}, not {config(args)[key]}")
         step = state["step"]
         report.say(f"resuming from {latest} (step {step})")

@@ -1,16 +1,21 @@
 """The ssh_mesh role and its reset on a virtual cluster, driven through ansible-runner.
 
 Asserted for real inside the hosts: logins between every pair with strict host key
-checking, the user's own lines surviving setup and reset byte for byte, a changed host
-key failing the verification with the pair named."""
+checking, mesh keys accepted only from the cluster's addresses and without forwarding,
+both launchers (mpirun, mlx.launch) working with those restrictions, the mesh following the
+inventory (a removed host loses its key and pins, a rotation replaces every key, --limit
+removes nothing), the user's own lines surviving setup and reset byte for byte, a changed
+host key failing the verification with the pair named."""
 
 import json
 import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tools.playbook import run_playbook
+from tools.wheelhouse import offline_pip_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -39,9 +44,15 @@ MODES = {
     ".ssh": "700",
     ".ssh/mlx_cluster_ed25519": "600",
     ".ssh/authorized_keys": "600",
-    ".ssh/known_hosts": "600",
+    ".ssh/mlx_cluster_known_hosts": "600",
     ".ssh/config": "600",
 }
+# All-reduce over MLX's ring backend: every rank prints the world size and the sum.
+ALLSUM = """\
+import sys, mlx.core as mx
+g = mx.distributed.init(strict=True)
+sys.stdout.write(f"sum {g.size()} {mx.distributed.all_sum(mx.array(1.0)).item()}\\n")
+"""
 STRICT = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5"]
 
 
@@ -58,13 +69,17 @@ def give_bridge0_addresses(vc):
 
 
 def seed_user_files(vc):
-    """Lines the user had before setup; returns each host's ~/.ssh files as they were."""
+    """Lines the user had before setup; returns each host's ~/.ssh files as they were.
+    known_hosts holds the user's own (stale) pin of another cluster host's Thunderbolt
+    address: setup must neither delete it nor let it break the mesh."""
     before = {}
     for host in vc.hosts:
+        other = vc.hosts[host.index % len(vc.hosts)]
         script = f"""
             set -e
             echo '{USER_KEY}' >> ~/.ssh/authorized_keys
             echo 'userhost.example {USER_HOST_KEY}' >> ~/.ssh/known_hosts
+            echo '{other.thunderbolt_ip} {USER_HOST_KEY}' >> ~/.ssh/known_hosts
             printf '{USER_CONFIG}' > ~/.ssh/config && chmod 600 ~/.ssh/config
             ssh-keygen -q -t ed25519 -N '' -C own-key -f ~/.ssh/id_ed25519
         """
@@ -78,12 +93,63 @@ def ssh_files(vc, host) -> dict:
     return {n: vc.run(host.name, ["cat", f"{host.home}/.ssh/{n}"]).stdout for n in names}
 
 
-def login(vc, source, address):
-    return vc.run(source.name, ["ssh", *STRICT, address, "hostname"], user=source.user, check=False)
+def login(vc, source, address, *options):
+    argv = ["ssh", *STRICT, *options, address, "hostname"]
+    return vc.run(source.name, argv, user=source.user, check=False)
 
 
-def test_mesh_logs_in_everywhere_keeps_user_lines_and_resets_exactly(vcluster, tmp_path):
-    vc = vcluster(hosts=3, distinct_users=True)
+def mesh_blob(vc, host) -> str:
+    """The base64 part of a host's mesh public key."""
+    return vc.run(host.name, ["cat", f"{host.home}/.ssh/mlx_cluster_ed25519.pub"]).stdout.split()[1]
+
+
+def read(vc, host, name) -> str:
+    return vc.run(host.name, f"cat {host.home}/.ssh/{name} 2>/dev/null || true").stdout
+
+
+def inventory_without(vc, tmp_path, gone) -> str:
+    """The cluster's inventory with one host taken out."""
+    data = yaml.safe_load(Path(vc.inventory).read_text())
+    del data["cluster"]["hosts"][gone.name]
+    path = tmp_path / "smaller.yml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def check_the_launchers(vc):
+    """mpirun and mlx.launch (ring) from the launch host over the rendered hostfiles: both
+    log in to every host with the restricted mesh keys."""
+    launch = vc.hosts[0]
+    for host in vc.hosts:
+        vc.run(host.name, f"cat > ~/allsum.py <<'EOF'\n{ALLSUM}EOF\n", user=host.user)
+    mpirun = vc.run(
+        launch.name,
+        "timeout 120 mpirun --hostfile ~/mlx-cluster/hostfile -np 3 --mca btl_tcp_if_include "
+        "bridge0 --mca oob_tcp_if_include bridge0 hostname",
+        user=launch.user, check=False,
+    )  # fmt: skip
+    assert mpirun.returncode == 0, mpirun.stderr
+    assert sorted(mpirun.stdout.split()) == sorted(h.name for h in vc.hosts)
+    # Every host's user has its own home: the rank program is found through $HOME there.
+    ring = vc.run(
+        launch.name,
+        "cd ~ && timeout 300 ~/mlx-cluster/venv/bin/mlx.launch --hostfile ~/mlx-cluster/hosts.json"
+        " --backend ring -- sh -c 'exec \"$HOME/mlx-cluster/venv/bin/python\" \"$HOME/allsum.py\"'",
+        user=launch.user, check=False,
+    )  # fmt: skip
+    assert ring.returncode == 0, ring.stderr
+    assert ring.stdout.splitlines().count("sum 3 3.0") == 3, ring.stdout + ring.stderr
+    assert "exited with code" not in ring.stdout + ring.stderr
+
+
+def test_mesh_trusts_only_the_cluster_follows_the_inventory_and_resets_exactly(
+    vcluster, tmp_path
+):
+    """One cluster for everything the mesh promises (setting one up costs minutes)."""
+    vc = vcluster(
+        hosts=3, distinct_users=True,
+        extra_vars={"python_env_pip_extra_args": offline_pip_args()},
+    )  # fmt: skip
     give_bridge0_addresses(vc)
     before = seed_user_files(vc)
     mesh = playbook(tmp_path, "mesh.yml", MESH_PLAY)
@@ -92,7 +158,8 @@ def test_mesh_logs_in_everywhere_keeps_user_lines_and_resets_exactly(vcluster, t
     assert dry.status == "successful", dry.stdout[-6000:]
     assert {h.name: ssh_files(vc, h) for h in vc.hosts} == before
 
-    first = run_playbook(mesh, vc.inventory, tmp_path / "first")
+    # The whole of setup: its hostfiles step already runs mpirun across the cluster.
+    first = run_playbook("setup.yml", vc.inventory, tmp_path / "first")
     assert first.status == "successful", first.stdout[-6000:]
     second = run_playbook(mesh, vc.inventory, tmp_path / "second")
     assert second.status == "successful", second.stdout[-6000:]
@@ -100,6 +167,7 @@ def test_mesh_logs_in_everywhere_keeps_user_lines_and_resets_exactly(vcluster, t
     assert set(second.stats["changed"].values()) <= {0}
     assert set(second.stats["ok"]) == {h.name for h in vc.hosts}
 
+    cluster_addresses = [a for h in vc.hosts for a in (h.thunderbolt_ip, h.en0_ip)]
     events = json.dumps([first.events, second.events])
     for source in vc.hosts:
         # The private key stayed on its host: not even Ansible's events carry it.
@@ -120,9 +188,88 @@ def test_mesh_logs_in_everywhere_keeps_user_lines_and_resets_exactly(vcluster, t
         after = ssh_files(vc, source)
         for name, text in before[source.name].items():
             assert text in after[name], f"{source.name}: ~/.ssh/{name} lost the user's lines"
+        # ~/.ssh/known_hosts is the user's alone: not a byte changed, their pin included.
+        assert after["known_hosts"] == before[source.name]["known_hosts"]
         settings = vc.run(source.name, "ssh -G userhost", user=source.user).stdout
         assert "serveraliveinterval 42" in settings and "user someone" in settings
 
+        mesh_lines = [
+            line for line in after["authorized_keys"].splitlines() if "mlx-cluster-ssh-mesh" in line
+        ]
+        assert len(mesh_lines) == 3
+        for line in mesh_lines:
+            assert line.startswith(
+                f'from="{",".join(cluster_addresses)}",'
+                "no-agent-forwarding,no-port-forwarding,no-X11-forwarding ssh-ed25519 "
+            ), line
+
+    # A mesh key is refused from an address outside the cluster, and accepted from inside.
+    # The outside address is a second one on host 1's en0, inside its own namespace.
+    source, target = vc.hosts[0], vc.hosts[1]
+    outside = str(vc.mgmt_subnet[250])
+    vc.run(source.name, ["ip", "addr", "add", f"{outside}/32", "dev", "en0"])
+    try:
+        refused = login(vc, source, target.en0_ip, "-b", outside)
+        accepted = login(vc, source, target.en0_ip, "-b", source.en0_ip)
+    finally:
+        vc.run(source.name, ["ip", "addr", "del", f"{outside}/32", "dev", "en0"])
+    assert refused.returncode == 255 and "Permission denied" in refused.stderr, refused.stderr
+    assert accepted.returncode == 0 and accepted.stdout.strip() == target.name, accepted.stderr
+    # No port forwarding with a mesh key.
+    forward = login(
+        vc, source, target.thunderbolt_ip, "-o", "ExitOnForwardFailure=yes", "-L", "0:127.0.0.1:22"
+    )
+    assert forward.returncode != 0, forward.stdout
+
+    check_the_launchers(vc)
+
+    # Rotation: every host gets a new key, every host authorizes exactly the new ones.
+    old_blobs = {h.name: mesh_blob(vc, h) for h in vc.hosts}
+    rotate = run_playbook(
+        mesh, vc.inventory, tmp_path / "rotate", extravars={"ssh_mesh_rotate": True}
+    )
+    assert rotate.status == "successful", rotate.stdout[-6000:]  # its verification logged in
+    for host in vc.hosts:
+        assert mesh_blob(vc, host) != old_blobs[host.name]
+        keys = read(vc, host, "authorized_keys")
+        assert not [blob for blob in old_blobs.values() if blob in keys]
+        assert all(mesh_blob(vc, h) in keys for h in vc.hosts)
+    # Rotating on part of the cluster is refused before anything changes.
+    limited_rotate = run_playbook(
+        mesh, vc.inventory, tmp_path / "limited-rotate",
+        extravars={"ssh_mesh_rotate": True}, cmdline=f"--limit {vc.hosts[0].name}",
+    )  # fmt: skip
+    assert limited_rotate.status == "failed"
+    assert limited_rotate.changed() == []
+
+    # The mesh follows the inventory: host 3 leaves.
+    gone, staying = vc.hosts[2], vc.hosts[:2]
+    gone_blob = mesh_blob(vc, gone)
+    # Under --limit nothing of the hosts outside the limit is removed...
+    limited = run_playbook(
+        mesh, vc.inventory, tmp_path / "limited",
+        cmdline=f"--limit {staying[0].name},{staying[1].name}",
+    )  # fmt: skip
+    assert limited.status == "successful", limited.stdout[-6000:]
+    assert gone_blob in read(vc, staying[0], "authorized_keys")
+    # ... a run over the whole (smaller) cluster revokes its key and pins everywhere.
+    shrink = run_playbook(mesh, inventory_without(vc, tmp_path, gone), tmp_path / "shrink")
+    assert shrink.status == "successful", shrink.stdout[-6000:]
+    for host in staying:
+        assert gone_blob not in read(vc, host, "authorized_keys")
+        pins = read(vc, host, "mlx_cluster_known_hosts")
+        assert gone.name not in pins and gone.thunderbolt_ip not in pins
+        assert f"Host {gone.name}" not in read(vc, host, "config")
+        refused = login(vc, gone, host.thunderbolt_ip)
+        assert refused.returncode == 255 and "Permission denied" in refused.stderr
+        assert login(vc, host, gone.thunderbolt_ip).returncode != 0
+    assert login(vc, staying[0], staying[1].thunderbolt_ip).returncode == 0
+    for host in staying:  # the user's lines are still the user's
+        after = ssh_files(vc, host)
+        assert after["known_hosts"] == before[host.name]["known_hosts"]
+        assert before[host.name]["authorized_keys"] in after["authorized_keys"]
+
+    # Reset (over the whole original cluster) leaves every file as the user had it.
     reset = run_playbook("reset.yml", vc.inventory, tmp_path / "reset", cmdline="--tags ssh_mesh")
     assert reset.status == "successful", reset.stdout[-6000:]
     for host in vc.hosts:

@@ -16,6 +16,7 @@ ECDSA = (
     "7opKgwFB9nkt5YRrYMjNuG5N87uRgg6CLrbo5wAdT/y6v0mKV0U2w5WIZNBw3rqbg0Gc="
 )
 MARKER = "mlx-cluster-ssh-mesh"
+KNOWN = "/home/carol/.ssh/mlx_cluster_known_hosts"
 
 
 def peer(name, ssh_host, tb=None, user="alice", port=22, nodename=None):
@@ -58,10 +59,10 @@ def test_host_keys_come_from_facts_in_the_wanted_order_and_types():
     assert mesh.ssh_mesh_host_keys({}, ["ed25519"]) == []
 
 
-def test_known_hosts_has_one_marked_entry_per_name_and_key_type():
+def test_known_hosts_has_one_entry_per_name_and_key_type_marked_with_its_host():
     entries = mesh.ssh_mesh_known_hosts(PEERS, MARKER)
     assert len(entries) == 2 * 3 * 2
-    assert {"name": "198.19.0.2", "key": f"198.19.0.2 {ED} {MARKER}"} in entries
+    assert {"name": "198.19.0.2", "key": f"198.19.0.2 {ED} {MARKER}@m2"} in entries
     assert all(e["key"].startswith(e["name"] + " ") for e in entries)
 
 
@@ -99,7 +100,7 @@ def ssh_settings(config: Path, host: str) -> dict:
 def config(tmp_path):
     """The block at the top of a user's config that has global lines before any Host."""
     path = tmp_path / "config"
-    block = mesh.ssh_mesh_config_block(PEERS, "/home/carol/.ssh/mlx_cluster_ed25519")
+    block = mesh.ssh_mesh_config_block(PEERS, "/home/carol/.ssh/mlx_cluster_ed25519", KNOWN)
     path.write_text(block + "\nServerAliveInterval 42\nUser someone\n\nHost other\n    Port 2200\n")
     return path
 
@@ -111,6 +112,10 @@ def test_config_maps_every_name_to_the_peers_user_and_dedicated_key(config, name
     assert settings["identityfile"] == ["/home/carol/.ssh/mlx_cluster_ed25519"]
     assert settings["identitiesonly"] == ["yes"]
     assert settings["stricthostkeychecking"] == ["true"]
+    # The mesh's own pins, and nothing that would write to them.
+    assert settings["userknownhostsfile"] == [KNOWN]
+    assert settings["checkhostip"] == ["no"]
+    assert settings["updatehostkeys"] == ["false"]
 
 
 def test_config_inventory_name_goes_to_ansible_host_and_addresses_stay_themselves(config):
@@ -129,13 +134,41 @@ def test_users_global_lines_after_the_block_still_apply_everywhere(config):
 def test_config_quotes_paths_with_spaces_and_sets_other_ports(tmp_path):
     path = tmp_path / "config"
     block = mesh.ssh_mesh_config_block(
-        [peer("m3.local", "m3.local", port=2222)], "/Users/Jane Doe/.ssh/mlx_cluster_ed25519"
+        [peer("m3.local", "m3.local", port=2222, user="Jane Doe")],
+        "/Users/Jane Doe/.ssh/mlx_cluster_ed25519",
+        "/Users/Jane Doe/.ssh/mlx_cluster_known_hosts",
     )
     path.write_text(block + "\n")
     assert "HostName" not in block  # the inventory name is already the address
     settings = ssh_settings(path, "m3.local")
     assert settings["identityfile"] == ["/Users/Jane Doe/.ssh/mlx_cluster_ed25519"]
+    assert settings["userknownhostsfile"] == ["/Users/Jane Doe/.ssh/mlx_cluster_known_hosts"]
+    assert settings["user"] == ["Jane Doe"]
     assert settings["port"] == ["2222"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("user", 'jane"\nHost *'),
+        ("user", "jane\nProxyCommand x"),
+        ("name", "m1\nHost *"),
+        ("name", "m*"),
+        ("ssh_host", "-oProxyCommand=x"),
+        ("ssh_host", "a.local,b.local"),
+        ("names", ["m1", "m1 evil"]),
+        ("mpi_address", "10.0.0.1\nHost *"),
+    ],
+)
+def test_config_block_refuses_what_would_inject_lines_or_patterns(field, value):
+    bad = dict(PEERS[0], **{field: value})
+    with pytest.raises(mesh.UnsafeValue):
+        mesh.ssh_mesh_config_block([bad], "/home/carol/.ssh/k", KNOWN)
+
+
+def test_config_block_refuses_a_key_path_with_a_quote():
+    with pytest.raises(mesh.UnsafeValue):
+        mesh.ssh_mesh_config_block(PEERS, '/home/x"y/.ssh/k', KNOWN)
 
 
 def probe(item, rc, stdout="", stderr=""):
@@ -171,16 +204,98 @@ def test_skipped_and_successful_probes_are_not_failures():
     assert mesh.ssh_mesh_probe_failures(probes) == []
 
 
-def test_authorized_keys_entries_skip_peers_without_a_key_yet():
-    with_key = dict(PEERS[0], public_key=ED)
-    entries = mesh.ssh_mesh_authorized_keys([with_key, PEERS[1]], MARKER)
-    assert entries == [{"name": "m1", "line": f"{ED} {MARKER}@m1"}]
+ADDRESSES = ["198.19.0.1", "198.19.0.2", "198.18.0.11", "198.18.0.12"]
+OPTIONS = (
+    'from="198.19.0.1,198.19.0.2,198.18.0.11,198.18.0.12",'
+    "no-agent-forwarding,no-port-forwarding,no-X11-forwarding"
+)
 
 
-def test_missing_keeps_only_entries_whose_line_is_not_in_the_file():
-    entries = mesh.ssh_mesh_known_hosts(PEERS[:1], MARKER)
-    text = "# user's own\n" + entries[0]["key"] + "  \n" + entries[2]["key"] + "\n"
-    missing = mesh.ssh_mesh_missing(entries, text, "key")
-    assert missing == [e for i, e in enumerate(entries) if i not in (0, 2)]
-    assert mesh.ssh_mesh_missing(entries, "", "key") == entries
+def test_authorized_keys_lines_are_restricted_to_the_cluster_and_skip_peers_without_a_key():
+    with_key = dict(PEERS[0], public_key=ED + " comment@somewhere")
+    entries = mesh.ssh_mesh_authorized_keys([with_key, PEERS[1]], MARKER, ADDRESSES)
+    assert entries == [{"name": "m1", "line": f"{OPTIONS} {ED} {MARKER}@m1"}]
 
+
+def test_authorized_keys_lines_parse_as_openssh_reads_them(tmp_path):
+    entries = mesh.ssh_mesh_authorized_keys(
+        [dict(PEERS[0], public_key=ED), dict(PEERS[1], public_key=ED)], MARKER, ADDRESSES
+    )
+    path = tmp_path / "authorized_keys"
+    path.write_text("".join(e["line"] + "\n" for e in entries))
+    listed = subprocess.run(
+        ["ssh-keygen", "-l", "-f", str(path)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert [line.split()[-2:] for line in listed] == [
+        [f"{MARKER}@m1", "(ED25519)"],
+        [f"{MARKER}@m2", "(ED25519)"],
+    ]
+
+
+def test_authorized_keys_need_addresses_and_refuse_non_addresses():
+    with pytest.raises(mesh.UnsafeValue):
+        mesh.ssh_mesh_authorized_keys([dict(PEERS[0], public_key=ED)], MARKER, [])
+    with pytest.raises(ValueError):
+        mesh.ssh_mesh_authorized_keys([dict(PEERS[0], public_key=ED)], MARKER, ['1.2.3.4"x'])
+
+
+def test_addresses_are_the_inventory_addresses_and_a_dns_hosts_own_addresses():
+    hostvars = {
+        "m1": {"ansible_host": "198.18.0.11", "thunderbolt_ip": "198.19.0.1"},
+        "m2": {"ansible_host": "2001:DB8::0012"},
+        "m3": {
+            "ansible_host": "m3.local",
+            "ansible_facts": {
+                "all_ipv4_addresses": ["192.168.1.13", "127.0.0.1", "169.254.3.3"],
+                "all_ipv6_addresses": ["fe80::1", "fd00::13", "::1"],
+            },
+        },
+        "m4.local": {},  # a DNS name without facts (not in this play): nothing to add
+        "198.18.0.15": {"thunderbolt_ip": "198.19.0.5"},
+    }
+    assert mesh.ssh_mesh_addresses(hostvars, list(hostvars)) == [
+        "198.19.0.1", "198.18.0.11", "2001:db8::12", "192.168.1.13", "fd00::13",
+        "198.19.0.5", "198.18.0.15",
+    ]  # fmt: skip
+
+
+USER_TEXT = "# mine\r\nssh-ed25519 AAAA me@laptop\n\nssh-rsa BBBB no-newline-at-end"
+
+
+def line(owner, blob="K"):
+    return f"{OPTIONS} ssh-ed25519 {blob} {MARKER}@{owner}"
+
+
+def test_merged_keeps_the_users_lines_byte_for_byte_and_appends_the_mesh():
+    merged = mesh.ssh_mesh_merged(USER_TEXT, [line("m1"), line("m2")], MARKER)
+    assert merged == USER_TEXT + "\n" + line("m1") + "\n" + line("m2") + "\n"
+    # Again with the same lines: nothing changes (a re-run writes nothing).
+    assert mesh.ssh_mesh_merged(merged, [line("m1"), line("m2")], MARKER) == merged
+    # No mesh lines: exactly the user's text, even without its final newline.
+    assert mesh.ssh_mesh_merged(merged, [], MARKER) == USER_TEXT + "\n"
+    assert mesh.ssh_mesh_merged(USER_TEXT, [], MARKER) == USER_TEXT
+
+
+def test_merged_over_the_whole_cluster_drops_gone_and_rekeyed_hosts():
+    before = mesh.ssh_mesh_merged(
+        "mine\n", [line("m1", "OLD"), line("m2"), line("m3"), f"x {MARKER}"], MARKER
+    )
+    after = mesh.ssh_mesh_merged(before, [line("m1", "NEW"), line("m2")], MARKER)
+    assert after == "mine\n" + line("m1", "NEW") + "\n" + line("m2") + "\n"
+
+
+def test_merged_under_limit_replaces_only_the_limited_hosts_lines():
+    before = mesh.ssh_mesh_merged("", [line("m1", "OLD"), line("m2"), line("m3")], MARKER)
+    after = mesh.ssh_mesh_merged(before, [line("m1", "NEW")], MARKER, replace=["m1"])
+    assert after.splitlines() == [line("m2"), line("m3"), line("m1", "NEW")]
+
+
+def test_merged_own_file_has_the_header_and_the_mesh_only():
+    text = mesh.ssh_mesh_merged("stray\n", ["h k v " + MARKER + "@m1"], MARKER, header="# ours")
+    assert text == f"# ours\nh k v {MARKER}@m1\n"
+    assert mesh.ssh_mesh_merged(text, ["h k v " + MARKER + "@m1"], MARKER, header="# ours") == text
+
+
+def test_merged_refuses_a_mesh_line_with_a_line_break():
+    with pytest.raises(mesh.UnsafeValue):
+        mesh.ssh_mesh_merged("", ["ssh-ed25519 K x\nssh-ed25519 EVIL y"], MARKER)
