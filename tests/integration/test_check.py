@@ -145,7 +145,7 @@ def test_sshd_stopped_and_host_key_changed(cluster, tmp_path):
     assert bad[("ssh", f"{a} -> {b}")]["reason"] == "host_key_changed"
     assert "CHANGED" in bad[("ssh", f"{a} -> {b}")]["detail"]
     assert bad[("ssh", f"{a} -> {c}")]["reason"] == "unreachable"
-    assert "ssh-keygen -R" in run.stdout
+    assert "pins every host's current key in ~/.ssh/mlx_cluster_known_hosts" in run.stdout
 
 
 def test_one_slow_link_is_named(cluster, tmp_path):

@@ -58,7 +58,7 @@ def test_ssh_row_names_the_pair_and_the_changed_key():
     assert row["reason"] == "host_key_changed"
     assert "CHANGED" in row["detail"] and "198.19.1.3" in row["detail"]
     table = doctor.doctor_table([row])
-    assert "ssh-keygen -R" in table and "on a" in table
+    assert "mlx_cluster_known_hosts on a" in table and "re-run setup.yml" in table
 
 
 def test_command_row_timeout_names_the_bound():

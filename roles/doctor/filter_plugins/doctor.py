@@ -54,8 +54,9 @@ FIXES = {
     "ports on the interconnect (macOS: allow incoming connections for orted/prted).",
     "mpirun_all": "Fix the hosts named above (ssh, Open MPI rows), then run setup.yml again.",
     ("ssh", "host_key_changed"): "The host key of the destination changed (reinstalled machine or "
-    "an address reused by another host): verify it, then `ssh-keygen -R <address>` on {source} "
-    "and re-run setup.yml to pin the new key.",
+    "an address reused by another host): verify it is the machine you expect, then re-run "
+    "setup.yml, which pins every host's current key in ~/.ssh/mlx_cluster_known_hosts on {source} "
+    "and the other hosts.",
     ("ssh", "host_key_unknown"): "The destination's host key is not pinned on {source}: re-run "
     "setup.yml (ssh_mesh pins every host key under all its names).",
     ("ssh", "auth"): "The mesh key is not accepted: re-run setup.yml to install {source}'s key in "
