@@ -89,18 +89,23 @@ def in_background(fn):
     return thread, outcome
 
 
-def test_frozen_rank_is_named_and_the_job_resumes_to_the_same_result(vc, reference, tmp_path):
-    victim = vc.hosts[2].name  # rank 3
-    thread, outcome = in_background(
-        lambda: train(vc, tmp_path, "frozen", stall_timeout=20, **JOB))
+def signal_a_rank(vc, tmp_path, name, victim, sig, **extravars):
+    """Run the job, send sig to a rank on `victim` at step 250; (run, results, time of sig)."""
+    thread, outcome = in_background(lambda: train(vc, tmp_path, name, **{**JOB, **extravars}))
     try:
-        wait_for(lambda: at_step(vc, "frozen", 250), 600, "rank 0 at step 250")
-        pid = wait_for(lambda: rank_pid(vc, victim, "frozen"), 30, "the rank on " + victim)
-        os.kill(pid, signal.SIGSTOP)
-        frozen_at = time.time()
+        wait_for(lambda: at_step(vc, name, 250), 600, "rank 0 at step 250")
+        pid = wait_for(lambda: rank_pid(vc, victim, name), 30, "a rank on " + victim)
+        os.kill(pid, sig)
+        signalled_at = time.time()
     finally:
         thread.join(timeout=1200)
-    run, out = outcome["value"]
+    return (*outcome["value"], signalled_at)
+
+
+def test_frozen_rank_is_named_and_the_job_resumes_to_the_same_result(vc, reference, tmp_path):
+    victim = vc.hosts[2].name  # rank 3
+    run, out, frozen_at = signal_a_rank(vc, tmp_path, "frozen", victim, signal.SIGSTOP,
+                                        stall_timeout=20)
     assert run.status == "successful", run.stdout[-6000:]
     job = json.loads((out / "job.json").read_text())
     [restart] = job["restarts"]
@@ -115,15 +120,7 @@ def test_frozen_rank_is_named_and_the_job_resumes_to_the_same_result(vc, referen
 
 def test_killed_rank_restarts_once_and_finishes(vc, reference, tmp_path):
     victim = vc.hosts[1].name  # ranks 1 and 2
-    thread, outcome = in_background(lambda: train(vc, tmp_path, "killed-resumed", **JOB))
-    try:
-        wait_for(lambda: at_step(vc, "killed-resumed", 250), 600, "rank 0 at step 250")
-        pid = wait_for(lambda: rank_pid(vc, victim, "killed-resumed"), 30, "a rank on " + victim)
-        os.kill(pid, signal.SIGKILL)
-        killed_at = time.time()
-    finally:
-        thread.join(timeout=1200)
-    run, out = outcome["value"]
+    run, out, killed_at = signal_a_rank(vc, tmp_path, "killed-resumed", victim, signal.SIGKILL)
     assert run.status == "successful", run.stdout[-6000:]
     job = json.loads((out / "job.json").read_text())
     [restart] = job["restarts"]

@@ -129,22 +129,29 @@ def _looks_numeric(value):
     return str(value).replace(".", "").isdigit()
 
 
-def _why_not(value, max_length=253):
-    """The first thing that makes value unusable as a name, in words."""
-    value = str(value)
+def _unsafe(value, allowed, reader):
+    """Why value cannot be written into ssh files and command lines (None when it can): reader
+    names the program that would take a leading '-' for an option."""
     if not value:
         return "it is empty"
     if value.startswith("-"):
-        return "it starts with '-', which ssh and mpirun would read as an option"
+        return f"it starts with '-', which {reader} would read as an option"
     if any(c in "\r\n" for c in value):
         return "it contains a line break"
     if any(c.isspace() for c in value):
         return "it contains a space"
     if any(c in _QUOTES for c in value):
         return "it contains a quote"
-    bad = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c in "-."))})
-    if bad:
-        return "it contains " + " ".join(repr(c) for c in bad)
+    bad = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c in allowed))})
+    return "it contains " + " ".join(repr(c) for c in bad) if bad else None
+
+
+def _why_not(value, max_length=253):
+    """The first thing that makes value unusable as a name, in words."""
+    value = str(value)
+    why = _unsafe(value, "-.", "ssh and mpirun")
+    if why:
+        return why
     if len(value) > max_length:
         return f"it is longer than {max_length} characters"
     if any(len(label) > 63 for label in value.split(".")):
@@ -209,20 +216,7 @@ def _check_ansible_host(name, hostvar):
 
 
 def _user_why(value):
-    if not value:
-        return "it is empty"
-    if value.startswith("-"):
-        return "it starts with '-', which ssh would read as an option"
-    if any(c in "\r\n" for c in value):
-        return "it contains a line break"
-    if any(c.isspace() for c in value):
-        return "it contains a space"
-    if any(c in _QUOTES for c in value):
-        return "it contains a quote"
-    bad = sorted({c for c in value if not (c.isascii() and (c.isalnum() or c in "_.-"))})
-    if bad:
-        return "it contains " + " ".join(repr(c) for c in bad)
-    return "it is longer than 64 characters"
+    return _unsafe(value, "_.-", "ssh") or "it is longer than 64 characters"
 
 
 def _check_user(name, hostvar):
