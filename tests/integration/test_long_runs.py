@@ -185,7 +185,8 @@ def test_ctrl_c_detaches_attach_follows_stop_checkpoints(vc, tmp_path):
     status, _ = train(vc, tmp_path, "status", status=True)
     assert "detached  running" in status.stdout
 
-    stop, out = train(vc, tmp_path, "detached", stop="detached")
+    # Each play gets its own runner directory: ansible-runner keeps a directory's extra vars.
+    stop, out = train(vc, tmp_path / "stop", "detached", stop="detached")
     assert stop.status == "successful", stop.stdout[-6000:]
     stopped = json.loads((out / "stopped.json").read_text())
     assert stopped["reason"] == "user"
@@ -193,7 +194,7 @@ def test_ctrl_c_detaches_attach_follows_stop_checkpoints(vc, tmp_path):
     assert latest.name == f"step_{stopped['step']:08d}"
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
-    attach, out = train(vc, tmp_path, "detached", attach="detached")
+    attach, out = train(vc, tmp_path / "attach", "detached", attach="detached")
     assert attach.status == "successful", attach.stdout[-6000:]
     assert "stopped at step" in attach.stdout
 
@@ -207,18 +208,19 @@ def test_time_limit_stops_with_a_checkpoint_and_resume_finishes(vc, reference, t
     latest = sorted((out / "checkpoints").glob("step_*"))[-1]
     assert latest.name == f"step_{stopped['step']:08d}"
 
-    resumed, out = train(vc, tmp_path, "limited", resume=True, **JOB)
+    resumed, out = train(vc, tmp_path / "resume", "limited", resume=True, **JOB)
     assert resumed.status == "successful", resumed.stdout[-6000:]
     assert_same_weights(final_weights(out), reference)
 
 
-def test_a_host_powered_off_is_named_and_rank_0s_results_come_back(vc, tmp_path):
-    victim = vc.hosts[2]
+def power_off_mid_run(vc, tmp_path, name, victim, **extravars):
+    """Run the job and, at step 150, power `victim` off: its links go down and every process in
+    its namespace is killed (sshd too). It is powered on again afterwards for the next tests.
+    Returns (run, results, time of the power-off)."""
     thread, outcome = in_background(
-        lambda: train(vc, tmp_path, "poweroff", max_restarts=0, stall_timeout=20,
-                      **{**JOB, "steps": 100000}))
+        lambda: train(vc, tmp_path, name, stall_timeout=20, **{**JOB, **extravars}))
     try:
-        wait_for(lambda: at_step(vc, "poweroff", 150), 600, "rank 0 at step 150")
+        wait_for(lambda: at_step(vc, name, 150), 600, "rank 0 at step 150")
         for ifname in ("en0", "bridge0"):
             vc.run(victim, f"ip link set {ifname} down")
         for pid in vc_pids(victim.netns):
@@ -231,14 +233,35 @@ def test_a_host_powered_off_is_named_and_rank_0s_results_come_back(vc, tmp_path)
             vc.run(victim, f"ip link set {ifname} up", check=False)
         vc.start_sshd(victim)
         thread.join(timeout=900)
-    run, out = outcome["value"]
+    return (*outcome["value"], off_at)
+
+
+def test_a_host_powered_off_is_named_and_rank_0s_results_come_back(vc, tmp_path):
+    victim = vc.hosts[2]
+    run, out, off_at = power_off_mid_run(vc, tmp_path, "poweroff", victim, max_restarts=0,
+                                         steps=100000)
     assert run.status == "failed"
     message = failure_message(run)
     assert victim.name in message, message
     job = json.loads((out / "job.json").read_text())
-    assert job["ended"] - off_at < 20 + 60, job
+    ended = job["ended"] - off_at
+    assert ended < 20 + 60, job
+    print(f"\nhost powered off: job ended after {ended:.1f} s, suspect: {job['suspect']}")
     assert (out / "metrics.jsonl").stat().st_size > 0  # rank 0's results were fetched
     assert (out / "checkpoints").is_dir()
+
+
+def test_elastic_job_finishes_on_the_hosts_left(vc, tmp_path):
+    victim = vc.hosts[2]  # 1 of the 4 slots: a global batch of 48 splits over 4 and over 3
+    run, out, off_at = power_off_mid_run(vc, tmp_path, "elastic", victim, elastic=True,
+                                         batch_size=48)
+    assert run.status == "successful", run.stdout[-6000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 3 and summary["steps"] == JOB["steps"]
+    assert summary["hosts_left_out"] == [victim.name] and summary["restarts"] == 1
+    job = json.loads((out / "job.json").read_text())
+    resumed = job["restarts"][0]["resumed_at"] - off_at
+    print(f"\nhost powered off, elastic: training again on 3 ranks after {resumed:.1f} s")
 
 
 def test_resume_of_a_finished_run_keeps_it_and_names_are_not_reused(vc, tmp_path):

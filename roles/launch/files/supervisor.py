@@ -146,9 +146,47 @@ def rank_hosts(text, run_dir):
     return hosts
 
 
+def descendants(pid):
+    """Every process below pid: mpirun's ssh sessions to other hosts can leave its process
+    group, and one to a host that is gone would hang on for minutes."""
+    out = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid="], capture_output=True,
+                         text=True).stdout
+    children = {}
+    for line in out.splitlines():
+        child, parent = map(int, line.split())
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
+
+
 def exit_code(returncode):
     """A shell's exit status for a Popen return code (a signal N is 128 + N)."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def without_hosts(rank_plan, lost):
+    """The rank plan on the hosts that are left: ranks fill them in order (mpirun --map-by
+    slot), each host keeping its number of slots."""
+    kept = [h for h in rank_plan if h["host"] not in lost]
+    return [{**h, "rank": rank} for rank, h in enumerate(kept)]
+
+
+def hostfile_lines(rank_plan):
+    """Open MPI hostfile of a rank plan: one `address slots=n` line per host, in rank order."""
+    slots = {}
+    for h in rank_plan:
+        slots[h["mpi_address"]] = slots.get(h["mpi_address"], 0) + 1
+    return "".join(f"{address} slots={n}\n" for address, n in slots.items())
+
+
+def with_option(argv, option, value):
+    """argv with the value after `option` replaced (the launcher's --hostfile, -np)."""
+    i = argv.index(option)
+    return [*argv[: i + 1], str(value), *argv[i + 2:]]
 
 
 class Supervisor:
@@ -161,10 +199,13 @@ class Supervisor:
                     "state": "starting", "reason": None, "restarts": [], "last_step": None,
                     "last_step_time": None, "steps": None, "started": time.time(),
                     "ended": None, "exit_status": None, "suspect": None,
-                    "job_pattern": self.pattern, "rank_hosts": self.hosts}
+                    "job_pattern": self.pattern, "rank_hosts": self.hosts, "left_out": []}
         self.t0 = time.monotonic()
         self.proc = None
         self.hard_stop = False  # SIGTERM from `stop` past its timeout
+        # --elastic: {"argv": the launcher's argv, "batch_size": the global batch or null}
+        self.elastic = json.loads(Path(args.elastic).read_text()) if args.elastic else None
+        self.command = ["sh", str(run_dir / "command.sh")]
         self.update()
 
     def update(self, **changes):
@@ -191,7 +232,32 @@ class Supervisor:
             log(f"restarting in {backoff:g} s from the latest checkpoint")
             if stop := self.wait_or_stop(backoff):
                 return self.end("stopped", stop, code)
+            if self.elastic and (refused := self.leave_out_lost_hosts()):
+                return self.end("failed", refused, code)
             resume = True
+
+    def leave_out_lost_hosts(self):
+        """--elastic: go on without the hosts ssh cannot reach, with the same global batch on
+        fewer ranks. Returns the reason to give up instead, or None."""
+        remote = {h["host"]: h["address"] for h in self.hosts if h["address"] != "local"}
+        lost = [host for host, address in remote.items() if on_host(address, "true", 15)[0] != 0]
+        if not lost:
+            return None
+        plan = without_hosts(self.hosts, lost)
+        batch = self.elastic.get("batch_size")
+        if not plan or (batch and int(batch) % len(plan)):
+            log(f"elastic: cannot go on without {', '.join(lost)}: the global batch {batch} does "
+                f"not split over the {len(plan)} rank(s) left")
+            return "elastic_batch"
+        hostfile = self.dir / "hostfile.elastic"
+        hostfile.write_text(hostfile_lines(plan))
+        argv = with_option(with_option(self.elastic["argv"], "--hostfile", hostfile), "-np",
+                           len(plan))
+        self.hosts, self.command = plan, argv
+        log(f"elastic: leaving out {', '.join(lost)} (unreachable); going on with {len(plan)} "
+            f"rank(s) and the same global batch")
+        self.update(rank_hosts=plan, left_out=[*self.job["left_out"], *lost])
+        return None
 
     def record_restart(self, reason):
         latest = sorted((self.dir / "checkpoints").glob("step_*"))
@@ -229,7 +295,8 @@ class Supervisor:
         if state == "finished" and summary is not None:  # what rank 0 cannot know
             restarts = self.job["restarts"]
             summary.update(restarts=len(restarts), restart_reasons=[r["reason"] for r in restarts],
-                           wall_time_lost_s=round(sum(r["lost_s"] for r in restarts), 1))
+                           wall_time_lost_s=round(sum(r["lost_s"] for r in restarts), 1),
+                           hosts_left_out=self.job["left_out"])
             write_atomic(self.dir / "summary.json", json.dumps(summary, indent=1) + "\n")
         write_atomic(self.dir / "exit_status", f"{code}\n")  # the launcher's last exit code
         self.update(state=state, reason=reason, ended=time.time(), exit_status=code)
@@ -246,7 +313,7 @@ class Supervisor:
         self.launched, self.launched_wall = time.monotonic(), time.time()
         self.progress_at, self.first_step, self.beat, self.samples = self.launched, None, None, []
         self.done_at, self.stopping = None, None
-        cmd = ["sh", str(self.dir / "command.sh"), *(["--resume"] if resume else [])]
+        cmd = [*self.command, *(["--resume"] if resume else [])]
         with open(self.dir / "launch.log", "ab") as out:
             self.log_offset = out.tell()
             self.proc = subprocess.Popen(cmd, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=out,
@@ -420,6 +487,7 @@ class Supervisor:
     def kill_job(self):
         """TERM the launcher's process group, KILL it after KILL_AFTER s, then KILL whatever of
         the job is left on any host. Returns the launcher's exit code."""
+        tree = descendants(self.proc.pid)
         if self.proc.poll() is None:
             log(f"terminating the launcher's process group {self.proc.pid}")
             try:
@@ -431,6 +499,9 @@ class Supervisor:
             except ProcessLookupError:
                 pass
         code = exit_code(self.proc.wait())
+        for pid in tree:  # what left the group (see descendants)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         self.sweep()
         return code
 
@@ -590,6 +661,9 @@ def parser():
                    "has not stopped S seconds after DIR/stop (default: 120)")
     s.add_argument("--rank-hosts", metavar="JSON", help='[{"rank": 0, "host": NAME, "address": '
                    '"local" or an ssh address, "run_dir": optional}, ...] (default: rank 0, local)')
+    s.add_argument("--elastic", metavar="JSON_FILE", help='{"argv": the launcher\'s argv, '
+                   '"batch_size": N or null}: on a restart, leave out hosts ssh cannot reach and '
+                   "go on with the same global batch on the ranks left (mpirun only)")
     s.add_argument("--job-pattern", metavar="ERE", help="pgrep -f pattern of the job's processes "
                    "on every host (default: see above)")
     s.add_argument("--poll", type=seconds, default=1, metavar="S", help=argparse.SUPPRESS)

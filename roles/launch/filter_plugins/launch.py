@@ -16,7 +16,7 @@ import shlex
 BACKENDS = ("mpi", "ring")
 # Options of the launch itself; every other request option is a `python -m train` flag.
 LAUNCHER_OPTIONS = ("run_name", "np", "backend", "mpi_extra_args", "time_limit", "stall_timeout",
-                    "max_restarts", "follow_reconnect", "attach", "stop", "status")
+                    "max_restarts", "follow_reconnect", "elastic", "attach", "stop", "status")
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
@@ -111,7 +111,7 @@ def launch_request_errors(request, hosts):
             errors.append(f"{name}: {value!r} is not {kind} — e.g. -e {name}={max(minimum, 1)}0")
     if _given(request.get("lr")) and _float(request["lr"]) is None:
         errors.append(f"lr: {request['lr']!r} is not a positive number — e.g. -e lr=0.001")
-    for name in ("resume", "status"):
+    for name in ("resume", "status", "elastic"):
         if _given(request.get(name)) and _bool(request[name]) is None:
             errors.append(f"{name}: {request[name]!r} is not true or false — e.g. -e {name}=true")
     stall = request.get("stall_timeout")
@@ -140,6 +140,9 @@ def launch_request_errors(request, hosts):
             f"backend: {backend!r} is not one of {', '.join(BACKENDS)} — e.g. -e backend=ring"
         )
     errors += _np_errors(request, hosts, backend or "mpi")
+    if _bool(request.get("elastic")) and backend == "ring":
+        errors.append("elastic: only the mpi backend can go on without a host — use "
+                      "backend=mpi, or drop elastic")
     extra = request.get("mpi_extra_args")
     if _given(extra):
         if backend == "ring":
@@ -303,14 +306,15 @@ def launch_shell_command(argv):
 
 
 def launch_rank_plan(rank_hosts, hosts, infos, launch_host, run_rel):
-    """The supervisor's --rank-hosts: [{rank, host, address, run_dir}] — how the launch host
-    reaches each rank's host ("local" for itself, else the MPI address the SSH mesh knows) and
-    where that rank writes its heartbeat (its host's work dir may differ)."""
+    """The supervisor's --rank-hosts: [{rank, host, address, mpi_address, run_dir}] — how the
+    launch host reaches each rank's host ("local" for itself, else the MPI address the SSH mesh
+    knows), the address in the hostfile, and where that rank writes its heartbeat (its host's
+    work dir may differ)."""
     address = {h["name"]: h["mpi_address"] for h in hosts}
     work_dir = {i["name"]: i["work_dir"] for i in infos}
     return [
         {"rank": rank, "host": name, "address": "local" if name == launch_host else address[name],
-         "run_dir": posixpath.join(work_dir[name], run_rel)}
+         "mpi_address": address[name], "run_dir": posixpath.join(work_dir[name], run_rel)}
         for rank, name in enumerate(rank_hosts)
     ]
 
