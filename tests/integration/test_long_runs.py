@@ -168,6 +168,20 @@ def ansible_playbook(vc, tmp_path, **extravars):
         text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")})
 
 
+def test_ctrl_c_detaches_and_attach_follows_the_job_to_its_end(vc, tmp_path):
+    play = ansible_playbook(vc, tmp_path, run_name="followed-again", **JOB)
+    wait_for(lambda: at_step(vc, "followed-again", 100), 600, "rank 0 at step 100")
+    play.send_signal(signal.SIGINT)
+    play.communicate(timeout=120)
+    assert job_state(vc, "followed-again")["state"] in ("starting", "running")
+
+    attach, out = train(vc, tmp_path / "attach", "followed-again", attach="followed-again")
+    assert attach.status == "successful", attach.stdout[-6000:]
+    assert "[train] step" in attach.stdout  # it followed the progress, not just the end
+    assert json.loads((out / "summary.json").read_text())["steps"] == JOB["steps"]
+    assert json.loads((out / "job.json").read_text())["state"] == "finished"
+
+
 def test_ctrl_c_detaches_attach_follows_stop_checkpoints(vc, tmp_path):
     play = ansible_playbook(vc, tmp_path, run_name="detached", **{**JOB, "steps": 200000})
     wait_for(lambda: at_step(vc, "detached", 100), 600, "rank 0 at step 100")
