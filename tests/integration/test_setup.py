@@ -59,8 +59,8 @@ def nowhere(i: int, **hostvars) -> dict:
         pytest.param(
             # The first host is the one the validate task runs on: its value used to be taken
             # for everyone's, while the thunderbolt role on b used the default 24.
-            {"a": nowhere(1, thunderbolt_ip="10.0.1.1", thunderbolt_prefix=16),
-             "b": nowhere(2, thunderbolt_ip="10.0.2.2")},
+            {"a": nowhere(1, thunderbolt_ip="198.19.1.1", thunderbolt_prefix=16),
+             "b": nowhere(2, thunderbolt_ip="198.19.2.2")},
             "a: thunderbolt_prefix 16 is set for this host only, while b use the default",
             id="thunderbolt_prefix on one host only",
         ),

@@ -157,7 +157,7 @@ def test_config_quotes_paths_with_spaces_and_sets_other_ports(tmp_path):
         ("ssh_host", "-oProxyCommand=x"),
         ("ssh_host", "a.local,b.local"),
         ("names", ["m1", "m1 evil"]),
-        ("mpi_address", "10.0.0.1\nHost *"),
+        ("mpi_address", "198.19.0.1\nHost *"),
     ],
 )
 def test_config_block_refuses_what_would_inject_lines_or_patterns(field, value):
@@ -246,7 +246,7 @@ def test_addresses_are_the_inventory_addresses_and_a_dns_hosts_own_addresses():
         "m3": {
             "ansible_host": "m3.local",
             "ansible_facts": {
-                "all_ipv4_addresses": ["192.168.1.13", "127.0.0.1", "169.254.3.3"],
+                "all_ipv4_addresses": ["198.18.1.13", "127.0.0.1", "169.254.3.3"],
                 "all_ipv6_addresses": ["fe80::1", "fd00::13", "::1"],
             },
         },
@@ -254,7 +254,7 @@ def test_addresses_are_the_inventory_addresses_and_a_dns_hosts_own_addresses():
         "198.18.0.15": {"thunderbolt_ip": "198.19.0.5"},
     }
     assert mesh.ssh_mesh_addresses(hostvars, list(hostvars)) == [
-        "198.19.0.1", "198.18.0.11", "2001:db8::12", "192.168.1.13", "fd00::13",
+        "198.19.0.1", "198.18.0.11", "2001:db8::12", "198.18.1.13", "fd00::13",
         "198.19.0.5", "198.18.0.15",
     ]  # fmt: skip
 

@@ -10,17 +10,17 @@ def rank(r, host, address, mpi_address):
             "run_dir": f"/home/{host}/mlx-cluster/runs/x"}
 
 
-PLAN = [rank(0, "a", "local", "10.0.0.1"), rank(1, "b", "10.0.0.2", "10.0.0.2"),
-        rank(2, "b", "10.0.0.2", "10.0.0.2"), rank(3, "c", "10.0.0.3", "10.0.0.3")]
+PLAN = [rank(0, "a", "local", "198.19.0.1"), rank(1, "b", "198.19.0.2", "198.19.0.2"),
+        rank(2, "b", "198.19.0.2", "198.19.0.2"), rank(3, "c", "198.19.0.3", "198.19.0.3")]
 
 
 def test_a_lost_host_is_left_out_and_the_ranks_renumbered_in_hostfile_order():
     plan = supervisor.without_hosts(PLAN, ["b"])
     assert [(h["rank"], h["host"]) for h in plan] == [(0, "a"), (1, "c")]
     assert plan[1]["run_dir"] == "/home/c/mlx-cluster/runs/x"
-    assert supervisor.hostfile_lines(plan) == "10.0.0.1 slots=1\n10.0.0.3 slots=1\n"
+    assert supervisor.hostfile_lines(plan) == "198.19.0.1 slots=1\n198.19.0.3 slots=1\n"
     assert supervisor.hostfile_lines(PLAN) == (
-        "10.0.0.1 slots=1\n10.0.0.2 slots=2\n10.0.0.3 slots=1\n")
+        "198.19.0.1 slots=1\n198.19.0.2 slots=2\n198.19.0.3 slots=1\n")
 
 
 def test_the_launcher_argv_gets_the_new_hostfile_and_rank_count():
