@@ -1,6 +1,7 @@
 """The command line: flags, defaults, and one-line errors (exit code 2) for bad values."""
 
 import argparse
+import math
 import re
 from pathlib import Path
 
@@ -13,6 +14,7 @@ LORA_DATASETS = ("jsonl",)
 REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 # (learning rate, global batch size) when not given: LoRA follows mlx-lm's defaults.
 DEFAULTS = {"built-in": (1e-3, 64), "lora": (1e-5, 4)}
+SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
 
 
 class Parser(argparse.ArgumentParser):
@@ -20,41 +22,61 @@ class Parser(argparse.ArgumentParser):
         fail(message)
 
 
-def count(minimum):
+def count(minimum, maximum=None):
+    """An integer in [minimum, maximum], with the range in the error."""
+    wanted = f"an integer from {minimum} to {maximum}" if maximum else f"an integer >= {minimum}"
+
     def parse(text):
-        value = int(text)
-        if value < minimum:
-            raise ValueError
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}")
         return value
 
-    parse.__name__ = f"integer >= {minimum}"
     return parse
 
 
 def positive_float(text):
-    value = float(text)
-    if not value > 0:
-        raise ValueError
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):  # inf trains to NaN; nan compares false
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0 (e.g. 0.001)")
     return value
+
+
+def name(text):
+    """A name or path that cannot be mistaken for a flag."""
+    if text.startswith("-") or text != text.strip() or not text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a name or path (it must not be empty "
+                                         "or start with '-' or a space)")
+    return text
+
+
+def path(text):
+    return Path(name(text))
 
 
 def parser():
     p = Parser(prog="python -m train", description="Train or fine-tune an MLX model on this "
                "machine, or data-parallel on every rank under mpirun / mlx.launch.")
     add = p.add_argument
-    add("--model", default="mlp", metavar="NAME", help="mlp, cnn, gpt, or an mlx-lm model "
-        "(local directory or Hugging Face repo id) to fine-tune with LoRA (default: mlp)")
-    add("--dataset", metavar="NAME", help="digits, mnist, fashion-mnist (mlp, cnn), text (gpt), "
-        "jsonl (LoRA). Default: digits for mlp/cnn, text for gpt, jsonl for LoRA")
-    add("--data", type=Path, metavar="PATH", help="text: the text file; jsonl: the directory "
+    add("--model", type=name, default="mlp", metavar="NAME", help="mlp, cnn, gpt, or an mlx-lm "
+        "model (local directory or Hugging Face repo id) to fine-tune with LoRA (default: mlp)")
+    add("--dataset", type=name, metavar="NAME", help="digits, mnist, fashion-mnist (mlp, cnn), "
+        "text (gpt), jsonl (LoRA). Default: digits for mlp/cnn, text for gpt, jsonl for LoRA")
+    add("--data", type=path, metavar="PATH", help="text: the text file; jsonl: the directory "
         "with train.jsonl and valid.jsonl; mnist/fashion-mnist: a directory with the IDX files "
         "instead of downloading them")
     add("--steps", type=count(1), default=500, metavar="N", help="optimizer steps (default: 500)")
     add("--batch-size", type=count(1), metavar="B", help="global batch size, split evenly over "
         "the ranks (default: 64; 4 for LoRA)")
     add("--lr", type=positive_float, help="Adam learning rate (default: 1e-3; 1e-5 for LoRA)")
-    add("--seed", type=int, default=0, metavar="S", help="seed for initialisation and data order "
-        "(default: 0)")
+    add("--seed", type=count(0, SEED_MAX), default=0, metavar="S", help="seed for "
+        f"initialisation and data order, 0 to {SEED_MAX} (default: 0)")
     add("--out", type=Path, default=Path("runs/train"), metavar="DIR", help="directory for "
         "metrics.jsonl, summary.json, loss.png and checkpoints/ (default: runs/train)")
     add("--resume", action="store_true", help="continue from the latest checkpoint in --out "
@@ -71,6 +93,9 @@ def parser():
     add("--heartbeat", metavar="TEMPLATE", help="each rank writes {step, steps, time, pid} as "
         "JSON to this path ({rank}: its rank) at most once a second, for a watchdog; e.g. "
         "runs/x/logs/rank.{rank}.heartbeat (default: none)")
+    add("--check", type=count(1), metavar="RANKS", help="only check the flags for a run over "
+        "RANKS processes, print the settings as JSON and exit (train.yml asks this on the "
+        "controller before it contacts any host)")
     return p
 
 
@@ -126,5 +151,5 @@ def check_data(args):
 
 def check_world(args, world_size):
     if args.batch_size % world_size:
-        fail(f"batch size {args.batch_size} does not split over {world_size} ranks; choose a "
-             f"multiple of {world_size}")
+        fail(f"--batch-size {args.batch_size} does not split over {world_size} ranks; choose "
+             f"a multiple of {world_size}")

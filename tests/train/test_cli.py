@@ -1,5 +1,6 @@
 """The command-line contract: every flag documented, bad values a one-line error with exit 2."""
 
+import json
 import re
 
 import pytest
@@ -22,7 +23,7 @@ def test_help_documents_every_flag():
     text = run(train_cmd("--help")).stdout
     for flag in ("--model", "--dataset", "--data", "--steps", "--batch-size", "--lr", "--seed",
                  "--out", "--resume", "--eval-every", "--checkpoint-every", "--log-every",
-                 "--grad-bucket-bytes", "--heartbeat"):
+                 "--grad-bucket-bytes", "--heartbeat", "--check"):
         assert re.search(rf"^\s+{flag}\b.*\S", text, re.M), flag
 
 
@@ -58,6 +59,27 @@ def test_bad_numbers(capsys):
     assert "--steps" in error_of(capsys, "--steps", "0")
     assert "'-1'" in error_of(capsys, "--batch-size", "-1")
     assert "--lr" in error_of(capsys, "--lr", "0")
+    # inf trained to a NaN loss and "succeeded"; a huge seed was a traceback on every rank.
+    assert "'inf' is not a finite number > 0" in error_of(capsys, "--lr", "inf")
+    assert "'nan' is not a finite number > 0" in error_of(capsys, "--lr", "nan")
+    assert "is not an integer from 0 to 4294967295" in error_of(capsys, "--seed", 10**30)
+    assert "'-1' is not an integer from 0" in error_of(capsys, "--seed", "-1")
+    cli.parse(["--seed", str(2**32 - 1)])
+
+
+@pytest.mark.parametrize("flag", ["--model", "--dataset", "--data"])
+def test_values_that_look_like_flags_are_refused(capsys, flag):
+    assert "must not be empty or start with '-'" in error_of(capsys, f"{flag}=-x")
+    assert "must not be empty or start with '-'" in error_of(capsys, f"{flag}= mlp")
+
+
+def test_check_prints_the_settings_and_trains_nothing(tmp_path):
+    done = run(train_cmd("--check", "4", "--steps", "7", "--out", tmp_path / "run"))
+    settings = json.loads(done.stdout)
+    assert (settings["steps"], settings["batch_size"], settings["dataset"]) == (7, 64, "digits")
+    assert not (tmp_path / "run").exists()
+    refused = run(train_cmd("--check", "3"), check=False)
+    assert refused.returncode == 2 and "does not split over 3 ranks" in refused.stderr
 
 
 def test_lora_model_directory_needs_config(capsys, tmp_path):
@@ -70,7 +92,7 @@ def test_batch_size_must_split_over_ranks(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.check_world(args, 4)
     assert exit_info.value.code == 2
-    assert "batch size 30 does not split over 4 ranks" in capsys.readouterr().err
+    assert "--batch-size 30 does not split over 4 ranks" in capsys.readouterr().err
 
 
 def test_exit_code_of_the_real_command():
@@ -84,5 +106,5 @@ def test_batch_size_not_divisible_under_mpirun(tmp_path):
     app = train_cmd("--batch-size", "33", "--out", tmp_path / "run")
     result = run(mpirun_cmd(app, app), check=False)
     assert result.returncode == 2
-    assert "batch size 33 does not split over 2 ranks" in result.stderr
+    assert "--batch-size 33 does not split over 2 ranks" in result.stderr
     assert not (tmp_path / "run").exists()

@@ -1,11 +1,12 @@
 """roles/launch/files/supervisor.py for real on this machine: a "cluster" of two local ranks under
 the real mpirun, launched as train.yml launches them (command.sh in the run directory, each rank
-`cd <work dir> && exec python -m train ... --out runs/<name>`). Faults are real signals; every
-test ends with no process of its job left, also when it fails."""
+`cd <work dir> && exec python -m train --out <work dir>/runs/<name> ...`). Faults are real
+signals; every test ends with no process of its job left, also when it fails."""
 
 import itertools
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,11 +14,15 @@ import time
 
 import pytest
 
+from tests.unit.plugins import load
+
 from .conftest import MPIRUN, ROOT, mpirun_cmd, needs_mpirun, run, train_cmd
 from .test_resume import assert_same_weights
 
 pytestmark = [needs_mpirun, pytest.mark.timeout(180)]
 SUPERVISOR = ROOT / "roles" / "launch" / "files" / "supervisor.py"
+supervisor_module = load("roles/launch/files/supervisor.py")
+launch = load("roles/launch/filter_plugins/launch.py")
 SETTINGS = ("--batch-size", "32", "--checkpoint-every", "100", "--log-every", "100",
             "--eval-every", "0")
 STEPS = 1500
@@ -28,15 +33,13 @@ names = itertools.count()
 
 
 def command_sh(work, name, steps):
-    """What train.yml's command.sh does, with this machine's mpirun, Python and train/."""
-    as_root = "--allow-run-as-root " if os.geteuid() == 0 else ""
-    program = (f"cd {work} && mkdir -p runs/{name}/logs && export PYTHONPATH={ROOT} "
-               f"PYTHONUNBUFFERED=1 && exec {sys.executable} -m train \"$@\" "
-               f">runs/{name}/logs/rank.$OMPI_COMM_WORLD_RANK.log 2>&1")
-    args = " ".join((*SETTINGS, "--steps", str(steps), "--out", f"runs/{name}", "--heartbeat",
-                     f"'runs/{name}/logs/rank.{{rank}}.heartbeat'"))
-    return (f"#!/bin/sh\nexec {MPIRUN} --bind-to none --oversubscribe {as_root}-np 2 "
-            f"/bin/sh -c '{program}' train {args} \"$@\"\n")
+    """train.yml's command.sh (its rank program) with this machine's mpirun, Python and train/."""
+    layout = {"work_dir": shlex.quote(str(work)), "python": shlex.quote(sys.executable)}
+    argv = [MPIRUN, "--bind-to", "none", "--oversubscribe",
+            *(["--allow-run-as-root"] if os.geteuid() == 0 else []), "-np", "2",
+            *launch.launch_rank_program(layout, f"runs/{name}"), *SETTINGS, "--steps", str(steps),
+            f"--heartbeat=runs/{name}/logs/rank.{{rank}}.heartbeat"]
+    return f"#!/bin/sh\nexport PYTHONPATH={ROOT}\nexec {shlex.join(argv)} \"$@\"\n"
 
 
 def supervisor(*args, check=True):
@@ -53,7 +56,7 @@ class Job:
         (self.dir / "logs").mkdir(parents=True)
         (self.dir / "command.sh").write_text(command_sh(self.work, self.name, steps))
         self.lock = tmp_path / "supervisor.lock"
-        self.pattern = f"-m trai[n] .*--out ([^ ]*/)?runs/{self.name}([^A-Za-z0-9._-]|$)"
+        self.pattern = supervisor_module.job_pattern(self.dir)
         self.pid = None
 
     def start(self, *options):
@@ -249,8 +252,8 @@ def test_stop_kills_a_job_whose_supervisor_died(tmp_path):
     try:
         job = {"run": "orphan", "supervisor_pid": dead.pid, "launcher_pid": launcher.pid,
                "state": "running", "reason": None, "restarts": [], "last_step": 3,
-               "job_pattern": "-m trai[n] .*--out ([^ ]*/)?runs/orphan([^A-Za-z0-9._-]|$)",
-               "rank_hosts": [{"rank": 0, "host": "h0", "address": "local"}]}
+               "rank_hosts": [{"rank": 0, "host": "h0", "address": "local",
+                               "run_dir": str(run_dir)}]}
         (run_dir / "job.json").write_text(json.dumps(job))
         out = supervisor("stop", "--run-dir", run_dir, "--timeout", 1).stdout
         assert "orphan: stopped (user) at step 3" in out

@@ -6,6 +6,7 @@ roles/launch/vars/main.yml does, so these tests cover the whole command line.
 
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,9 +45,9 @@ def command(hosts, infos, version, libmpi, mpirun="/usr/bin/mpirun", np=None, ru
     np = np or sum(h["slots"] for h in hosts)
     options = launch.launch_mpi_options(hosts, infos, np, "/w/hostfile", version, libmpi,
                                         "bridge0")
-    program = launch.launch_rank_program(layout.cluster_layout(infos), f"{run}/logs")
+    program = launch.launch_rank_program(layout.cluster_layout(infos), run)
     return mpi.mpirun_argv(mpirun, **options) + program + launch.launch_train_args(
-        {"model": "mlp", "steps": "5"}, run)
+        {"model": "mlp", "steps": "5"})
 
 
 # ---------------------------------------------------------------- command line
@@ -130,9 +131,10 @@ def test_paths_that_differ_beyond_the_home_are_refused_naming_the_hosts():
 
 
 def test_rank_program_really_runs_in_each_hosts_home(tmp_path):
-    """Run the wrapper with /bin/sh as mpirun would, for two different homes."""
+    """Run the wrapper with /bin/sh as mpirun would, for two different homes: each rank gets
+    its own absolute --out (the supervisor finds the job's processes by it)."""
     plan = layout.cluster_layout([info("a", "/home/alice"), info("b", "/home/bob")])
-    program = launch.launch_rank_program(plan, "runs/r x/logs")
+    program = launch.launch_rank_program(plan, "runs/r-x")
     for rank, user in enumerate(("alice", "bob")):
         home = tmp_path / user
         python = home / "mlx-cluster" / "venv" / "bin" / "python"
@@ -140,12 +142,12 @@ def test_rank_program_really_runs_in_each_hosts_home(tmp_path):
         python.write_text('#!/bin/sh\necho "cwd=$PWD args=$*"; printf "%s\\n" "$@"\n')
         python.chmod(0o755)
         env = {"HOME": str(home), "OMPI_COMM_WORLD_RANK": str(rank), "PATH": "/usr/bin:/bin"}
-        args = ["--data", "data/with space", "--out", "runs/r x"]
+        args = ["--data=data/with space", "--model=-odd"]
         subprocess.run(program + args, env=env, check=True)
-        log = home / "mlx-cluster" / "runs" / "r x" / "logs" / f"rank.{rank}.log"
+        log = home / "mlx-cluster" / "runs" / "r-x" / "logs" / f"rank.{rank}.log"
         lines = log.read_text().splitlines()
         assert lines[0].startswith(f"cwd={home}/mlx-cluster ")
-        assert lines[1:] == ["-m", "train", *args]
+        assert lines[1:] == ["-m", "train", "--out", f"{home}/mlx-cluster/runs/r-x", *args]
 
 
 def test_command_sh_is_the_same_argv_for_the_shell():
@@ -163,15 +165,14 @@ def request(**given):
 
 
 def test_train_args_only_carry_what_the_user_gave():
-    assert launch.launch_train_args(request(), "runs/x") == ["--out", "runs/x"]
+    assert launch.launch_train_args(request()) == []
     args = launch.launch_train_args(
         request(model="/ctl/tiny", data="/ctl/d", batch_size=8, lr="0.01", resume="true",
                 grad_bucket_bytes=0, checkpoint_every="5", np="2", backend="mpi"),
-        "runs/x", data="data/d", model="models/tiny")
-    assert args == ["--model", "models/tiny", "--data", "data/d", "--batch-size", "8",
-                    "--lr", "0.01", "--grad-bucket-bytes", "0", "--checkpoint-every", "5",
-                    "--resume", "--out", "runs/x"]
-    assert "--resume" not in launch.launch_train_args(request(resume="false"), "runs/x")
+        data="data/d", model="models/tiny")
+    assert args == ["--model=models/tiny", "--data=data/d", "--batch-size=8", "--lr=0.01",
+                    "--grad-bucket-bytes=0", "--checkpoint-every=5", "--resume"]
+    assert "--resume" not in launch.launch_train_args(request(resume="false"))
 
 
 def test_request_takes_the_tables_defaults():
@@ -209,15 +210,13 @@ def test_good_request_has_no_errors():
 
 @pytest.mark.parametrize(
     ("request_", "start"),
-    [({"steps": "ten"}, "steps: 'ten' is not a positive integer"),
-     ({"steps": 0}, "steps: 0 is not a positive integer"),
-     ({"lr": "fast"}, "lr: 'fast' is not a positive number"),
+    [({"time_limit": 0}, "time_limit: 0 is not a positive integer"),
+     ({"max_restarts": "x"}, "max_restarts: 'x' is not an integer >= 0"),
      ({"resume": "maybe"}, "resume: 'maybe' is not true or false"),
      ({"run_name": "../x"}, "run_name: '../x' is not a plain directory name"),
      ({"backend": "nccl"}, "backend: 'nccl' is not one of mpi, ring"),
      ({"np": "4"}, "np: 4 ranks but the cluster has only 3 slots (a: 2, b: 1)"),
      ({"np": "-1"}, "np: '-1' is not a positive integer"),
-     ({"np": "2", "batch_size": "9"}, "batch_size: 9 does not split over 2 ranks"),
      ({"backend": "ring", "np": "2"}, "np: the ring backend starts one rank per slot"),
      ({"backend": "ring", "mpi_extra_args": "-v"}, "mpi_extra_args: only the mpi backend"),
      ({"time_limit": "1h"}, "time_limit: '1h' is not a positive integer")],
@@ -331,3 +330,46 @@ def test_summary_lines_of_a_restarted_and_of_a_stopped_run():
     lines = launch.launch_summary_lines({}, "/p/runs/r", stopped)
     assert lines[0] == "stopped at step 700 of 1500 (time_limit) with a checkpoint there"
     assert "ansible-playbook train.yml -e resume=true -e run_name=r" in lines[1]
+
+
+def test_controller_paths_are_resolved_where_the_user_typed_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "my-model").mkdir()
+    given = request(data="~/corpus.txt", model="./my-model")
+    assert given["data"] == str(tmp_path / "home" / "corpus.txt")
+    assert given["model"] == str(tmp_path / "my-model")
+    assert request(model="my-model")["model"] == str(tmp_path / "my-model")
+    assert request(data="d/x.txt")["data"] == str(tmp_path / "d" / "x.txt")
+    # Names and repo ids stay names; a value like a flag is left for the train CLI to refuse.
+    assert request(model="mlp")["model"] == "mlp"
+    assert request(model="mlx-community/tiny")["model"] == "mlx-community/tiny"
+    assert request(data="-x")["data"] == "-x"
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [("batch-size", "batch_size"), ("batchsize", "batch_size"), ("Batch_Size", "batch_size"),
+     ("check_point_every", "checkpoint_every"), ("step", "steps"), ("learning_rate", "lr"),
+     ("iters", "steps"), ("runname", "run_name"), ("max-restarts", "max_restarts")],
+)
+def test_misspelt_options_name_the_one_meant(name, meant):
+    names = [name, "steps", "ansible_host", "cluster_work_dir", "mpi_slots", "playbook_dir",
+             "launch_exit_grace", "thunderbolt_ip", "inventory_hostname", "groups", "omit"]
+    assert launch.launch_unknown_options(names, REQUEST_SPEC) == [
+        f"{name}: not a train.yml option — did you mean {meant}? (-e {meant}=...)"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["--lr=inf"], "lr: 'inf' is not a finite number > 0 (e.g. 0.001)"),
+     (["--batch-size=x"], "batch_size: 'x' is not an integer >= 1"),
+     (["--model=-x"], "model: '-x' is not a name or path"),
+     (["--model=gpt"], "dataset 'text' needs data PATH"),
+     (["--check=3"], "batch_size 64 does not split over 3 ranks; choose a multiple of 3")],
+)
+def test_the_train_programs_errors_keep_the_users_names(argv, message):
+    args = [sys.executable, "-m", "train", *argv] + ([] if "--check" in argv[0] else ["--check=2"])
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2
+    assert launch.launch_train_check_error(done.stderr).startswith(message), done.stderr

@@ -19,11 +19,10 @@ It watches rank 0's heartbeat DIR/logs/rank.0.heartbeat ({"step", "time", "pid"}
   can hang after every rank finished, openpmix/prrte#1839) and the run counts as finished.
 State: DIR/job.json (replaced atomically), DIR/exit_status when the daemon ends, and a
 timestamped account of everything it did in DIR/supervisor.log.
-A job's processes on every host are found with `pgrep -u <uid> -f -- PATTERN`, by default
-`-m trai[n] .*--out ([^ ]*/)?runs/<run>([^A-Za-z0-9._-]|$)`: the ranks' and the launcher's
-command lines carry `-m train ... --out runs/<run>` (relative to each host's work dir, or
-absolute), run names are unique in a work dir, and `trai[n]` keeps the pattern from matching
-any command line that contains the pattern itself. Python 3 standard library only.
+A job's processes on a host are found with `pgrep -u <uid> -f -- '-m trai[n] --out <run dir>( |$)'`:
+every rank runs `python -m train --out <the run's absolute path on its host> ...`, that path
+belongs to one run of one user, and `trai[n]` keeps the pattern from matching any command line
+that contains the pattern itself. Python 3 standard library only.
 """
 
 import argparse
@@ -104,9 +103,9 @@ def ere(text):
     return re.sub(r"([.\[\]\\()*+?{}|^$])", r"\\\1", text)
 
 
-def default_pattern(run_dir):
-    return f"-m trai[n] .*--out ([^ ]*/)?{ere(run_dir.parent.name)}/{ere(run_dir.name)}" \
-           "([^A-Za-z0-9._-]|$)"
+def job_pattern(run_dir):
+    """pgrep -f pattern of the job's ranks on a host whose copy of the run is at run_dir."""
+    return f"-m trai[n] --out {ere(str(run_dir))}( |$)"
 
 
 def on_host(address, script, timeout=20):
@@ -120,21 +119,21 @@ def on_host(address, script, timeout=20):
     return done.returncode, done.stdout
 
 
-def sweep(hosts, pattern, exclude=()):
+def sweep(hosts, exclude=()):
     """KILL every process of the job on every host; the hosts where some are left."""
     skip = " ".join(f"-e {int(pid)}" for pid in (os.getpid(), *exclude))
-    script = (f"p={shlex.quote(pattern)}\n"
-              "for i in 1 2 3 4 5 6; do\n"
-              f'  pids=$(pgrep -u "$(id -u)" -f -- "$p" | grep -v -x {skip})\n'
-              '  [ -z "$pids" ] && exit 0\n'
-              "  kill -KILL $pids 2>/dev/null; sleep 0.5\n"
-              "done\nexit 1\n")
     left = []
-    for address in sorted({h["address"] for h in hosts} | {"local"}):
+    for address, run_dir in sorted({(h["address"], h["run_dir"]) for h in hosts}):
+        script = (f"p={shlex.quote(job_pattern(run_dir))}\n"
+                  "for i in 1 2 3 4 5 6; do\n"
+                  f'  pids=$(pgrep -u "$(id -u)" -f -- "$p" | grep -v -x {skip})\n'
+                  '  [ -z "$pids" ] && exit 0\n'
+                  "  kill -KILL $pids 2>/dev/null; sleep 0.5\n"
+                  "done\nexit 1\n")
         code, _ = on_host(address, script)
         if code != 0:
             left.append(address)
-    return left
+    return sorted(set(left))
 
 
 def rank_hosts(text, run_dir):
@@ -193,13 +192,12 @@ class Supervisor:
     def __init__(self, args, run_dir):
         self.args, self.dir = args, run_dir
         self.hosts = rank_hosts(args.rank_hosts, run_dir)
-        self.pattern = args.job_pattern or default_pattern(run_dir)
         self.beat_path = run_dir / "logs" / "rank.0.heartbeat"
         self.job = {"run": run_dir.name, "supervisor_pid": os.getpid(), "launcher_pid": None,
                     "state": "starting", "reason": None, "restarts": [], "last_step": None,
                     "last_step_time": None, "steps": None, "started": time.time(),
                     "ended": None, "exit_status": None, "suspect": None,
-                    "job_pattern": self.pattern, "rank_hosts": self.hosts, "left_out": []}
+                    "rank_hosts": self.hosts, "left_out": []}
         self.t0 = time.monotonic()
         self.proc = None
         self.hard_stop = False  # SIGTERM from `stop` past its timeout
@@ -218,7 +216,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "hard_stop", True))
         for name in ("stop", "stopped.json", "summary.json", "exit_status"):
             (self.dir / name).unlink(missing_ok=True)  # an earlier launch's
-        log(f"supervising {self.dir} (pid {os.getpid()}); job pattern {self.pattern!r}")
+        log(f"supervising {self.dir} (pid {os.getpid()})")
         resume, code = False, None
         while True:
             outcome, reason, code = self.attempt(resume)
@@ -506,7 +504,7 @@ class Supervisor:
         return code
 
     def sweep(self):
-        left = sweep(self.hosts, self.pattern)
+        left = sweep(self.hosts)
         if left:
             log(f"WARNING: processes of the job may be left on {', '.join(left)}")
 
@@ -590,7 +588,7 @@ def stop(args):
                     kill(pid, signal.SIGKILL)
             job.update(state="stopped", reason=args.reason, ended=time.time())
             write_atomic(run_dir / "job.json", json.dumps(job, indent=1) + "\n")
-    left = sweep(job["rank_hosts"], job["job_pattern"], exclude=[job["supervisor_pid"]])
+    left = sweep(job["rank_hosts"], exclude=[job["supervisor_pid"]])
     print(f"{job['run']}: {job['state']} ({job['reason']}) at step {job['last_step']}"
           + (f"; processes may be left on {', '.join(left)}" if left else ""))
     return 1 if left else 0
@@ -664,8 +662,6 @@ def parser():
     s.add_argument("--elastic", metavar="JSON_FILE", help='{"argv": the launcher\'s argv, '
                    '"batch_size": N or null}: on a restart, leave out hosts ssh cannot reach and '
                    "go on with the same global batch on the ranks left (mpirun only)")
-    s.add_argument("--job-pattern", metavar="ERE", help="pgrep -f pattern of the job's processes "
-                   "on every host (default: see above)")
     s.add_argument("--poll", type=seconds, default=1, metavar="S", help=argparse.SUPPRESS)
     s.set_defaults(func=start)
     s = sub.add_parser("stop", help="stop the job at a step with a checkpoint; exit 0 when "

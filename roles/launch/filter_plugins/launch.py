@@ -9,6 +9,8 @@ meta/argument_specs.yml). Every option that is not the launcher's own becomes th
 the same name (grad_bucket_bytes -> --grad-bucket-bytes), so a new train flag needs no code here.
 """
 
+import difflib
+import os
 import posixpath
 import re
 import shlex
@@ -42,16 +44,6 @@ def _int(value, minimum):
     return number if number >= minimum else None
 
 
-def _float(value):
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        return None
-    return number if number > 0 else None
-
-
 def _bool(value):
     if isinstance(value, bool):
         return value
@@ -77,15 +69,61 @@ def launch_request(spec, values):
 
     spec: the `request` options of meta/argument_specs.yml; values: the extra vars in that order.
     A bool option given as text ("true", "no") becomes a bool; a bad value is left for
-    launch_request_errors to name.
+    launch_request_errors to name. `data` and a `model` directory are the controller's paths:
+    `~` and relative paths are resolved here, where the user typed them (zsh leaves the `~` of
+    `-e data=~/x` alone, and Ansible would look for a relative path in the role's files/).
     """
     request = {}
     for (name, option), value in zip(spec.items(), values, strict=True):
         value = value if _given(value) else option.get("default")
         if option.get("type") == "bool" and _bool(value) is not None:
             value = _bool(value)
+        if isinstance(value, str) and not value.startswith("-") and (
+                name == "data" or name == "model" and _looks_like_path(value)):
+            value = os.path.abspath(os.path.expanduser(value))
         request[name] = value
     return request
+
+
+def _looks_like_path(model):
+    """A model given as a path rather than a built-in name or a Hugging Face repo id."""
+    return model.startswith(("/", "~", ".")) or os.path.isdir(model)
+
+
+# Names people reach for that mean one of ours (mlx-lm calls steps "iters").
+ALIASES = {"learningrate": "lr", "iters": "steps", "iterations": "steps"}
+
+
+def launch_unknown_options(names, spec):
+    """Errors for variables that look like a misspelt train.yml option (-e batch-size=64 is a
+    variable Ansible keeps and nothing reads): same letters in another spelling, or a near miss.
+
+    names: every variable name the play sees; spec: the `request` options.
+    """
+    def key(name):
+        return re.sub(r"[^a-z0-9]", "", name.lower())
+
+    options = {key(option): option for option in spec}
+    errors = []
+    for name in sorted(names):
+        if name in spec or name.startswith("ansible_"):
+            continue
+        near = difflib.get_close_matches(key(name), options, n=1, cutoff=0.85)
+        meant = options.get(key(name)) or ALIASES.get(key(name)) or (options[near[0]] if near
+                                                                         else None)
+        if meant:
+            errors.append(f"{name}: not a train.yml option — did you mean {meant}? "
+                          f"(-e {meant}=...)")
+    return errors
+
+
+def launch_train_check_error(stderr):
+    """python -m train --check's error under the names users type: `argument --batch-size: x`
+    becomes `batch_size: x`."""
+    lines = [line for line in stderr.splitlines() if line.startswith("train: error: ")]
+    text = lines[-1][len("train: error: "):] if lines else stderr.strip()
+    text = re.sub(r"^argument --([a-z-]+)(/-\w)?:", lambda m: m[1].replace("-", "_") + ":", text)
+    return re.sub(r"--([a-z]+(-[a-z]+)*)", lambda m: m[1].replace("-", "_"), text)
 
 
 def launch_np(value, hosts):
@@ -95,22 +133,18 @@ def launch_np(value, hosts):
 
 
 def launch_request_errors(request, hosts):
-    """Every problem with a train.yml request, one message per variable with its fix.
+    """Every problem with the launcher's options of a train.yml request, one message per variable
+    with its fix. The training options are python -m train's to judge (its --check).
 
     request: the extra vars (None = not given) under the names users pass with -e.
     hosts: cluster_hosts entries. An empty list means the request can be launched.
     """
     errors = []
-    positive = {"steps": 1, "batch_size": 1, "seed": 0, "time_limit": 1, "grad_bucket_bytes": 0,
-                "eval_every": 0, "checkpoint_every": 0, "log_every": 1, "max_restarts": 0,
-                "follow_reconnect": 0}
-    for name, minimum in positive.items():
+    for name, minimum in {"time_limit": 1, "max_restarts": 0, "follow_reconnect": 0}.items():
         value = request.get(name)
         if _given(value) and _int(value, minimum) is None:
             kind = "a positive integer" if minimum else "an integer >= 0"
             errors.append(f"{name}: {value!r} is not {kind} — e.g. -e {name}={max(minimum, 1)}0")
-    if _given(request.get("lr")) and _float(request["lr"]) is None:
-        errors.append(f"lr: {request['lr']!r} is not a positive number — e.g. -e lr=0.001")
     for name in ("resume", "status", "elastic"):
         if _given(request.get(name)) and _bool(request[name]) is None:
             errors.append(f"{name}: {request[name]!r} is not true or false — e.g. -e {name}=true")
@@ -124,10 +158,6 @@ def launch_request_errors(request, hosts):
             errors.append(f"{name}: {request[name]!r} is not a run name — see -e status=true")
     if len(runs) + bool(_bool(request.get("status"))) > 1:
         errors.append("attach, stop and status: give one of them at a time")
-    for name in ("model", "dataset", "data"):
-        value = request.get(name)
-        if _given(value) and (not isinstance(value, str) or value != value.strip()):
-            errors.append(f"{name}: {value!r} must be a name or path without surrounding spaces")
     run_name = request.get("run_name")
     if _given(run_name) and not RUN_NAME.match(str(run_name)):
         errors.append(
@@ -178,12 +208,6 @@ def _np_errors(request, hosts, backend):
             f"np: {np} ranks but the cluster has only {total} slots ({slots}) — lower np, or "
             "raise mpi_slots in the inventory and re-run setup.yml"
         ]
-    if _given(request.get("batch_size")):
-        batch = _int(request["batch_size"], 1)
-        if batch and batch % np:
-            return [
-                f"batch_size: {batch} does not split over {np} ranks — use a multiple of {np}"
-            ]
     return []
 
 
@@ -234,9 +258,10 @@ def launch_consistency_errors(infos, layout, backend="mpi"):
 # ---------------------------------------------------------------- the command
 
 
-def launch_train_args(request, out, heartbeat=None, data=None, model=None):
+def launch_train_args(request, heartbeat=None, data=None, model=None):
     """`python -m train` flags for the values the user gave (the package has defaults): each
-    option that is not the launcher's, under its own name (batch_size -> --batch-size).
+    option that is not the launcher's, under its own name (batch_size -> --batch-size=...).
+    `--flag=value` keeps a value that starts with '-' from being read as a flag.
 
     heartbeat: where each rank reports its step for the supervisor's watchdog ({rank} in it).
     data / model: the per-host path of a controller path copied to every host, if any.
@@ -248,22 +273,25 @@ def launch_train_args(request, out, heartbeat=None, data=None, model=None):
         if name in LAUNCHER_OPTIONS or not _given(value) or value is False:
             continue
         flag = "--" + name.replace("_", "-")
-        args += [flag] if value is True else [flag, str(value)]
+        args.append(flag if value is True else f"{flag}={value}")
     if heartbeat:
-        args += ["--heartbeat", str(heartbeat)]
-    return args + ["--out", str(out)]
+        args.append(f"--heartbeat={heartbeat}")
+    return args
 
 
-def launch_rank_program(layout, log_dir):
-    """argv every rank runs: cd to this host's work dir, log to log_dir/rank.N.log, exec Python.
+def launch_rank_program(layout, run_rel):
+    """argv every rank runs: cd to this host's work dir, log to run_rel/logs/rank.N.log, exec
+    Python with --out the run's absolute path on that host.
 
     A /bin/sh wrapper expands $HOME on each host (homes may differ) and picks the rank from
-    the launcher's environment; "$@" keeps the train arguments exactly as given.
+    the launcher's environment; "$@" keeps the train arguments exactly as given. The absolute
+    --out lets the supervisor find the job's processes by that path and nothing else.
     """
-    log = f"{shlex.quote(log_dir)}/rank.{RANK_VARIABLE}.log"
+    run = shlex.quote(run_rel)
     script = (
-        f"cd {layout['work_dir']} && mkdir -p {shlex.quote(log_dir)} && "
-        f"export PYTHONUNBUFFERED=1 && exec {layout['python']} -m train \"$@\" >{log} 2>&1"
+        f"cd {layout['work_dir']} && mkdir -p {run}/logs && export PYTHONUNBUFFERED=1 && "
+        f"exec {layout['python']} -m train --out \"$PWD\"/{run} \"$@\" "
+        f">{run}/logs/rank.{RANK_VARIABLE}.log 2>&1"
     )
     return ["/bin/sh", "-c", script, "train"]
 
@@ -423,5 +451,7 @@ class FilterModule:
             "launch_shell_command": launch_shell_command,
             "launch_summary_lines": launch_summary_lines,
             "launch_train_args": launch_train_args,
+            "launch_train_check_error": launch_train_check_error,
+            "launch_unknown_options": launch_unknown_options,
             "launch_verdict": launch_verdict,
         }
