@@ -215,8 +215,12 @@ def test_data_on_the_controller_is_copied_to_every_host(cluster, tmp_path):
     run, out = train(vc, tmp_path, "gpt", model="gpt", dataset="text", data=str(corpus),
                      steps=10, batch_size=8)
     assert run.status == "successful", run.stdout[-6000:]
-    assert "--data data/corpus.txt" in (out / "command.sh").read_text()
+    assert "--data=data/corpus.txt" in (out / "command.sh").read_text()
     for host in vc.hosts:
         copy = vc.run(host, "cat mlx-cluster/data/corpus.txt", user=host.user).stdout
         assert copy == corpus.read_text(), host.name
+        # Private to the user, like the run directories.
+        modes = vc.run(host, "stat -c %a mlx-cluster/data mlx-cluster/data/corpus.txt "
+                       "mlx-cluster/runs", user=host.user).stdout.split()
+        assert modes == ["700", "600", "700"], host.name
     assert json.loads((out / "summary.json").read_text())["world_size"] == 4

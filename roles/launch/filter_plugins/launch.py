@@ -123,7 +123,7 @@ def launch_train_check_error(stderr):
     lines = [line for line in stderr.splitlines() if line.startswith("train: error: ")]
     text = lines[-1][len("train: error: "):] if lines else stderr.strip()
     text = re.sub(r"^argument --([a-z-]+)(/-\w)?:", lambda m: m[1].replace("-", "_") + ":", text)
-    return re.sub(r"--([a-z]+(-[a-z]+)*)", lambda m: m[1].replace("-", "_"), text)
+    return re.sub(r"(?<![\w'])--([a-z]+(-[a-z]+)*)", lambda m: m[1].replace("-", "_"), text)
 
 
 def launch_np(value, hosts):
@@ -157,7 +157,8 @@ def launch_request_errors(request, hosts):
         if not RUN_NAME.match(str(request[name])):
             errors.append(f"{name}: {request[name]!r} is not a run name — see -e status=true")
     if len(runs) + bool(_bool(request.get("status"))) > 1:
-        errors.append("attach, stop and status: give one of them at a time")
+        errors.append("attach, stop and status: give one of them at a time — e.g. "
+                      "-e stop=<run> alone")
     run_name = request.get("run_name")
     if _given(run_name) and not RUN_NAME.match(str(run_name)):
         errors.append(
@@ -185,7 +186,8 @@ def launch_request_errors(request, hosts):
             try:
                 launch_extra_args(extra)
             except ValueError as e:
-                errors.append(f"mpi_extra_args: {extra!r} cannot be split like a shell would ({e})")
+                errors.append(f"mpi_extra_args: {extra!r} cannot be split like a shell would "
+                              f"({e}) — quote it as you would in a shell, or give a YAML list")
     return errors
 
 
