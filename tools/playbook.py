@@ -46,8 +46,13 @@ def run_playbook(
     private_dir: Path,
     extravars: dict | None = None,
     cmdline: str | None = None,
+    passwords: dict[str, str] | None = None,
 ) -> PlaybookRun:
-    """Run ROOT/<playbook> with the project's ansible.cfg; never raises on a failed play."""
+    """Run ROOT/<playbook> with the project's ansible.cfg; never raises on a failed play.
+
+    passwords: {prompt regex: answer} for what ansible-playbook asks, e.g. with -K
+    {r"^BECOME password": "pw"}.
+    """
     private_dir.mkdir(parents=True, exist_ok=True)
     runner = ansible_runner.run(
         private_data_dir=str(private_dir),
@@ -56,6 +61,7 @@ def run_playbook(
         inventory=str(inventory),
         extravars=extravars or {},
         cmdline=cmdline,
+        passwords=passwords or {},
         envvars={
             "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
             "ANSIBLE_NOCOLOR": "1",

@@ -458,19 +458,26 @@ class VirtualCluster:
                 ["useradd", "--no-create-home", "--home-dir", str(home), "--shell", "/bin/bash",
                  "--user-group", user]
             )
-            # '*' = no password but not locked, so sshd accepts key logins.
-            _retry_locked(["usermod", "--password", "*", user])
+            # '*' (sudo_password) = no password but not locked, so sshd accepts key logins.
             self._record("homedir", path=str(home))
             home.mkdir(mode=0o755)
             shutil.chown(home, user, user)
-        rules = "".join(f"{u} ALL=(ALL:ALL) NOPASSWD: ALL\n" for u in self.users)
+        self._record("file", path=str(SUDOERS_DIR / f"vcluster-{self.id}"))
+        self.sudo_password(None)
+
+    def sudo_password(self, password: str | None) -> None:
+        """None: passwordless sudo for the login users (as on a Mac set up for it); a password:
+        sudo asks for it (as by default on Linux and macOS), and it is the users' password."""
+        for user in self.users:
+            _retry_locked(["usermod", "--password", "*", user] if password is None else
+                          ["sh", "-c", f"echo {shlex.quote(f'{user}:{password}')} | chpasswd"])
+        tag = "NOPASSWD: " if password is None else ""
+        rules = "".join(f"{u} ALL=(ALL:ALL) {tag}ALL\n" for u in self.users)
         draft = self.dir / "sudoers"
-        draft.write_text(f"# virtual cluster {self.id}: passwordless sudo, as on a Mac\n{rules}")
+        draft.write_text(f"# virtual cluster {self.id}\n{rules}")
         draft.chmod(0o440)
         sh(["visudo", "-cf", str(draft)])
-        target = SUDOERS_DIR / f"vcluster-{self.id}"
-        self._record("file", path=str(target))
-        shutil.copy2(draft, target)
+        shutil.copy2(draft, SUDOERS_DIR / f"vcluster-{self.id}")
 
     def _make_host_files(self, host: Host) -> None:
         hdir = Path(host.workdir)

@@ -1,89 +1,18 @@
-"""setup.yml driven through ansible-runner: validation first, check mode, idempotence."""
+"""setup.yml driven through ansible-runner: check mode, idempotence, a sudo password (-K).
+Bad inventories: test_bad_input.py."""
 
 import textwrap
 
 import pytest
-import yaml
 
 from tools.playbook import run_playbook
 from tools.wheelhouse import offline_pip_args
 
 
-def write_inventory(path, hosts: dict) -> str:
-    path.write_text(yaml.safe_dump({"cluster": {"hosts": hosts}}, sort_keys=False))
-    return str(path)
-
-
-# Hosts that answer nothing: a closed port on the loopback (no firewall or other test's cluster
-# can answer there). If setup tried to reach one, the run would show it as unreachable.
-def nowhere(i: int, **hostvars) -> dict:
-    return {"ansible_host": f"127.0.0.{i}", "ansible_port": 9, **hostvars}
-
-
-@pytest.mark.parametrize(
-    ("hosts", "expected"),
-    [
-        pytest.param(
-            {"a": nowhere(1, thunderbolt_ip="198.19.200.1"),
-             "b": nowhere(2, thunderbolt_ip="198.19.200.1")},
-            "b: thunderbolt_ip 198.19.200.1 is also the thunderbolt_ip of a",
-            id="two hosts claim one Thunderbolt address",
-        ),
-        pytest.param(
-            {"a": nowhere(1, mpi_slots=-1), "b": nowhere(2)},
-            "a: mpi_slots -1 is not a non-negative integer",
-            id="negative slots",
-        ),
-        pytest.param(
-            {"a": nowhere(1, mpi_slots=1000000000), "b": nowhere(2)},
-            "a: mpi_slots 1000000000 is more than 256",
-            id="huge slots",
-        ),
-        pytest.param(
-            {"Jane's MacBook Pro": {"ansible_port": 9}, "b": nowhere(2)},
-            "use an inventory name like janes-macbook-pro with ansible_host: "
-            "Janes-MacBook-Pro.local",
-            id="a Mac's computer name as inventory name",
-        ),
-        pytest.param(
-            {"a": nowhere(1), "b": nowhere(2, ansible_host="-oProxyCommand=touch /tmp/pwned")},
-            "b: ansible_host '-oProxyCommand=touch /tmp/pwned' is neither an IP address nor a "
-            "DNS name",
-            id="ansible_host as an ssh option",
-        ),
-        pytest.param(
-            {"a": nowhere(1, ansible_user="jane doe"), "b": nowhere(2)},
-            "a: ansible_user 'jane doe' is not a user name",
-            id="user name with a space",
-        ),
-        pytest.param(
-            # The first host is the one the validate task runs on: its value used to be taken
-            # for everyone's, while the thunderbolt role on b used the default 24.
-            {"a": nowhere(1, thunderbolt_ip="198.19.1.1", thunderbolt_prefix=16),
-             "b": nowhere(2, thunderbolt_ip="198.19.2.2")},
-            "a: thunderbolt_prefix 16 is set for this host only, while b use the default",
-            id="thunderbolt_prefix on one host only",
-        ),
-    ],
-)  # fmt: skip
-def test_bad_inventory_stops_before_any_host_is_touched(tmp_path, hosts, expected):
-    inventory = write_inventory(tmp_path / "hosts.yml", hosts)
-    run = run_playbook("setup.yml", inventory, tmp_path / "runner")
-
-    assert run.status == "failed"
-    assert run.changed() == []
-    assert run.task_results("runner_on_unreachable") == []
-    [failure] = run.task_results("runner_on_failed")
-    assert failure["task"] == "Check the inventory"
-    message = str(failure["res"].get("msg", ""))
-    assert expected in message, message
-    # Only the cases' own problem: the rest of each inventory is valid.
-    assert message.startswith("The inventory has 1 problem(s):"), message
-
-
 @pytest.mark.cluster
 @pytest.mark.slow
-def test_check_mode_then_setup_then_rerun_changes_nothing(vcluster, tmp_path):
+def test_check_mode_then_setup_then_rerun_changes_nothing_also_with_a_sudo_password(
+        vcluster, tmp_path):
     vc = vcluster(hosts=2, extra_vars={"python_env_pip_extra_args": offline_pip_args()})
 
     check = run_playbook("setup.yml", vc.inventory, tmp_path / "check", cmdline="--check --diff")
@@ -99,3 +28,23 @@ def test_check_mode_then_setup_then_rerun_changes_nothing(vcluster, tmp_path):
     assert second.status == "successful", second.stdout[-6000:]
     assert second.changed() == [], textwrap.indent(str(second.changed()), "  ")
     assert set(second.stats["changed"].values()) <= {0}
+
+    # sudo as Linux and macOS have it by default: the become tasks work with -K. A lost
+    # Thunderbolt address is one that needs sudo to put back.
+    vc.sudo_password("correct horse")
+    try:
+        host = vc.hosts[0]
+        vc.run(host.name, "ip addr flush dev bridge0")
+        refused = run_playbook("setup.yml", vc.inventory, tmp_path / "no-password")
+        assert refused.status == "failed"
+        messages = " ".join(str(f["res"].get("msg", "")) for f in refused.failures())
+        assert "password" in messages.lower(), messages
+        asked = run_playbook("setup.yml", vc.inventory, tmp_path / "ask-become-pass",
+                             cmdline="--ask-become-pass",
+                             passwords={r"^BECOME password.*:\s*$": "correct horse"})
+        assert asked.status == "successful", asked.stdout[-6000:]
+        assert {h for h, _ in asked.changed()} == {host.name}, asked.changed()
+        address = vc.run(host.name, "ip -4 addr show dev bridge0").stdout
+        assert f"inet {host.thunderbolt_ip}/" in address
+    finally:
+        vc.sudo_password(None)
