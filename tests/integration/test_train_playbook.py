@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from datetime import datetime
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tools.playbook import run_playbook
+from tools.wheelhouse import ensure_wheelhouse
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -224,3 +226,30 @@ def test_data_on_the_controller_is_copied_to_every_host(cluster, tmp_path):
                        "mlx-cluster/runs", user=host.user).stdout.split()
         assert modes == ["700", "600", "700"], host.name
     assert json.loads((out / "summary.json").read_text())["world_size"] == 4
+
+
+def test_preflight_names_a_host_with_another_version_of_a_shared_package(cluster, tmp_path):
+    """mlx-lm one release older on one host (a host set up on another day): the job is not
+    started, and the message names that host and its version."""
+    vc = cluster
+    odd = vc.hosts[2]
+    pip = "mlx-cluster/venv/bin/pip install --no-index --no-deps --force-reinstall"
+    installed = vc.run(odd, "mlx-cluster/venv/bin/python -c 'import importlib.metadata as m; "
+                       "print(m.version(\"mlx-lm\"))'", user=odd.user).stdout.strip()
+    older = Path(ensure_wheelhouse()).parent / "older-releases"  # readable by every host
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                    "--only-binary=:all:", "--dest", str(older), f"mlx-lm<{installed}"],
+                   check=True, timeout=300)
+    for path in (older, *older.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    vc.run(odd, f"{pip} --find-links={older} 'mlx-lm<{installed}'", user=odd.user)
+    try:
+        run, _ = train(vc, tmp_path, "odd-version", steps=5)
+    finally:
+        vc.run(odd, f"{pip} --find-links={ensure_wheelhouse()} 'mlx-lm=={installed}'",
+               user=odd.user)
+    assert run.status == "failed"
+    message = failure_message(run)
+    assert re.search(rf"mlx-lm differs between hosts \({odd.name}: [0-9.]+; the others: "
+                     rf"{re.escape(installed)}\)", message), message
+    assert [e for e in run.task_results() if e.get("task") == START_TASK] == []

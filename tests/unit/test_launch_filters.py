@@ -4,6 +4,9 @@ The mpirun part comes from mpi.py's mpirun_argv, fed by launch_mpi_options exact
 roles/launch/vars/main.yml does, so these tests cover the whole command line.
 """
 
+import importlib.metadata
+import json
+import platform
 import shlex
 import subprocess
 import sys
@@ -33,7 +36,12 @@ def info(name, home, user=None, work_dir=None, version="4.1.4", prefix="/usr"):
     work_dir = work_dir or f"{home}/mlx-cluster"
     return {"name": name, "home": home, "user": user or Path(home).name, "work_dir": work_dir,
             "python_env": f"{work_dir}/venv", "train_diff": [], "openmpi_version": version,
-            "openmpi_prefix": prefix}
+            "openmpi_prefix": prefix, "versions": versions()}
+
+
+def versions(python="3.11.7", mlx="0.32.4"):
+    """cluster_host_versions as roles/cluster/files/versions.py prints it."""
+    return {"python": python, "packages": {"mlx": mlx, "mlx-lm": "0.32.2", "mpi4py": "4.1.2"}}
 
 
 MACS = [host("m1", tb="198.19.0.1"), host("m2", tb="198.19.0.2")]
@@ -72,7 +80,7 @@ def test_macos_command_passes_the_dylib_and_runs_from_the_same_home():
     assert argv[0] == "/opt/homebrew/bin/mpirun"
     assert argv[argv.index("-x") + 1] == "MLX_MPI_LIBNAME=/opt/homebrew/lib/libmpi.40.dylib"
     script = argv[argv.index("/bin/sh") + 2]
-    assert script.startswith("cd /Users/alice/mlx-cluster && ")
+    assert script.startswith("umask 077 && cd /Users/alice/mlx-cluster && ")
     assert "--allow-run-as-root" not in argv
 
 
@@ -82,7 +90,7 @@ def test_linux_hosts_with_different_homes_run_python_relative_to_each_home():
                    "/usr/lib/x86_64-linux-gnu/libmpi.so.40")
     assert argv[argv.index("-x") + 1] == "MLX_MPI_LIBNAME=/usr/lib/x86_64-linux-gnu/libmpi.so.40"
     script = argv[argv.index("/bin/sh") + 2]
-    assert script.startswith('cd "$HOME"/mlx-cluster && ')
+    assert script.startswith('umask 077 && cd "$HOME"/mlx-cluster && ')
     assert "exec venv/bin/python -m train" in script
 
 
@@ -148,6 +156,8 @@ def test_rank_program_really_runs_in_each_hosts_home(tmp_path):
         lines = log.read_text().splitlines()
         assert lines[0].startswith(f"cwd={home}/mlx-cluster ")
         assert lines[1:] == ["-m", "train", "--out", f"{home}/mlx-cluster/runs/r-x", *args]
+        for private in (home / "mlx-cluster" / "runs", log.parent, log):
+            assert private.stat().st_mode & 0o077 == 0, private
 
 
 def test_command_sh_is_the_same_argv_for_the_shell():
@@ -373,3 +383,29 @@ def test_the_train_programs_errors_keep_the_users_names(argv, message):
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2
     assert launch.launch_train_check_error(done.stderr).startswith(message), done.stderr
+
+
+def test_the_odd_hosts_python_or_package_version_is_named():
+    infos = [info(n, "/home/u") for n in ("a", "b", "c")]
+    assert launch.launch_consistency_errors(infos, layout.cluster_layout(infos)) == []
+    infos[1]["versions"] = versions(mlx="0.31.0")
+    infos[2]["versions"] = versions(python="3.12.1")
+    infos[2]["versions"]["packages"]["mpi4py"] = None
+    errors = launch.launch_consistency_errors(infos, layout.cluster_layout(infos))
+    assert [e.split(" — ")[0] for e in errors] == [
+        "python differs between hosts (c: 3.12.1; the others: 3.11.7)",
+        "mlx differs between hosts (b: 0.31.0; the others: 0.32.4)",
+        "mpi4py differs between hosts (c: missing; the others: 4.1.2)"]
+    infos[0]["versions"] = None  # no environment at all
+    assert "the Python environment on a could not be read" in " ".join(
+        launch.launch_consistency_errors(infos, layout.cluster_layout(infos)))
+
+
+def test_the_versions_probe_reads_this_python(tmp_path):
+    script = ROOT / "roles/cluster/files/versions.py"
+    done = subprocess.run([sys.executable, script, "mlx", "no-such-package"], capture_output=True,
+                          text=True, check=True)
+    found = json.loads(done.stdout)
+    assert found["python"] == platform.python_version()
+    assert found["packages"] == {"mlx": importlib.metadata.version("mlx"),
+                                 "no-such-package": None}

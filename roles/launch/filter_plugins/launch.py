@@ -247,6 +247,7 @@ def launch_consistency_errors(infos, layout, backend="mpi"):
                     "one prefix and mixed versions break the wire protocol; install the same "
                     "Open MPI everywhere (re-run setup.yml)"
                 )
+    errors += _version_errors(infos)
     stale = {i["name"]: i["train_diff"] for i in infos if i["train_diff"]}
     if stale:
         listing = "; ".join(f"{name}: {', '.join(diff[:3])}" for name, diff in stale.items())
@@ -254,6 +255,29 @@ def launch_consistency_errors(infos, layout, backend="mpi"):
             f"train/ package on {', '.join(stale)} differs from the controller's train/ "
             f"({listing}) — re-run setup.yml to copy it to every host"
         )
+    return errors
+
+
+def _version_errors(infos):
+    """Hosts whose Python or shared packages (cluster_host_versions) differ from the others'."""
+    unreadable = [i["name"] for i in infos if not i.get("versions")]
+    if unreadable:
+        return [f"the Python environment on {', '.join(unreadable)} could not be read — re-run "
+                "setup.yml to create it"]
+    errors = []
+    names = ["python", *infos[0]["versions"]["packages"]]
+    for name in names:
+        found = {i["name"]: (i["versions"]["python"] if name == "python"
+                             else i["versions"]["packages"].get(name) or "missing")
+                 for i in infos}
+        values = list(found.values())
+        if len(set(values)) > 1:
+            usual = max(set(values), key=values.count)
+            odd = ", ".join(f"{host}: {value}" for host, value in found.items() if value != usual)
+            errors.append(
+                f"{name} differs between hosts ({odd}; the others: {usual}) — every rank must run "
+                f"the same {name}: re-run setup.yml to install the pinned versions everywhere"
+            )
     return errors
 
 
@@ -287,11 +311,13 @@ def launch_rank_program(layout, run_rel):
 
     A /bin/sh wrapper expands $HOME on each host (homes may differ) and picks the rank from
     the launcher's environment; "$@" keeps the train arguments exactly as given. The absolute
-    --out lets the supervisor find the job's processes by that path and nothing else.
+    --out lets the supervisor find the job's processes by that path and nothing else; umask 077
+    keeps what the job writes (runs/, logs, checkpoints) private to the user on every host.
     """
     run = shlex.quote(run_rel)
     script = (
-        f"cd {layout['work_dir']} && mkdir -p {run}/logs && export PYTHONUNBUFFERED=1 && "
+        f"umask 077 && cd {layout['work_dir']} && mkdir -p {run}/logs && "
+        "export PYTHONUNBUFFERED=1 && "
         f"exec {layout['python']} -m train --out \"$PWD\"/{run} \"$@\" "
         f">{run}/logs/rank.{RANK_VARIABLE}.log 2>&1"
     )
