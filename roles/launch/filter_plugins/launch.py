@@ -273,10 +273,13 @@ def _version_errors(infos):
         values = list(found.values())
         if len(set(values)) > 1:
             usual = max(set(values), key=values.count)
-            odd = ", ".join(f"{host}: {value}" for host, value in found.items() if value != usual)
+            odd_hosts = [host for host, value in found.items() if value != usual]
+            odd = ", ".join(f"{host}: {found[host]}" for host in odd_hosts)
+            fix = (f"recreate the environment there with Python {usual}" if name == "python"
+                   else f"run pip install '{name}=={usual}' in the environment there")
             errors.append(
                 f"{name} differs between hosts ({odd}; the others: {usual}) — every rank must run "
-                f"the same {name}: re-run setup.yml to install the pinned versions everywhere"
+                f"the same {name}: on {', '.join(odd_hosts)}, {fix}"
             )
     return errors
 
