@@ -81,6 +81,22 @@ class Job:
         return self.wait(lambda j: j["state"] == "running" and (j["last_step"] or 0) >= step,
                          timeout)
 
+    def wait_ranks_at(self, step, timeout=90):
+        """Every rank's heartbeat once all have reached step; none if the job stopped first."""
+        beats = [self.dir / "logs" / f"rank.{rank}.heartbeat" for rank in (0, 1)]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.job()["state"] not in ("starting", "running"):
+                return []
+            try:
+                read = [json.loads(b.read_text()) for b in beats]
+            except (FileNotFoundError, json.JSONDecodeError):  # not yet written, or mid-write
+                read = []
+            if read and all(beat["step"] >= step for beat in read):
+                return read
+            time.sleep(0.01)
+        raise AssertionError(f"the ranks did not reach step {step}: {self.log()}")
+
     def wait_end(self, timeout):
         job = self.wait(lambda j: j["state"] in ("finished", "stopped", "failed"), timeout)
         deadline = time.monotonic() + 10  # the daemon exits right after its last record
@@ -206,9 +222,20 @@ def test_stop_checkpoints_and_a_second_start_is_refused(jobs):
 
 def test_time_limit_stops_with_a_checkpoint_and_resume_completes(jobs, uninterrupted):
     job = jobs("limit", steps=100000)
-    job.start("--time-limit", 4)  # ~1 s of training, less on a busy machine
+    job.start("--time-limit", 4)
+    # The ranks sleep through the rest of the limit, so the stop comes well before STEPS on any
+    # machine (a fast one trains past 1500 steps in 4 s).
+    beats = job.wait_ranks_at(1)
+    for beat in beats:
+        os.kill(beat["pid"], signal.SIGSTOP)
+    if beats:
+        job.wait(lambda j: j["state"] not in ("starting", "running"), 30)
+    for beat in beats:
+        os.kill(beat["pid"], signal.SIGCONT)
     done = job.wait_end(90)
     stopped = json.loads((job.dir / "stopped.json").read_text())
+    print(f"\ntime limit: ranks paused at step {[b['step'] for b in beats]}, stopped at step "
+          f"{stopped['step']}")
     assert (done["state"], done["reason"], done["exit_status"]) == ("stopped", "time_limit", 0)
     assert stopped["reason"] == "time_limit" and 1 <= stopped["step"] < STEPS, stopped
     assert (job.dir / "checkpoints" / f"step_{stopped['step']:08d}").is_dir()
