@@ -1,18 +1,29 @@
 # `make demo`: set up this machine as a one-host cluster and train on it.
 # `make test`: every test (lint, unit, training, virtual-cluster integration, Molecule).
+# `make lock`: re-resolve requirements.txt into requirements.lock (newest allowed versions).
 PYTHON ?= python3
 VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo venv test lint
+.PHONY: demo venv lock collections test lint
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt
+# Exactly the locked versions; pip checks every file against the lock's hashes.
+$(VENV)/.installed: requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements.txt
+	$(VENV)/bin/pip install --quiet --require-hashes -r requirements.lock
 	touch $@
+
+# One lock for the controller and every host, macOS and Linux alike (uv's universal resolution,
+# one version of each package for Python 3.11 and later).
+lock: venv
+	uv pip compile requirements.txt --universal --generate-hashes --python-version 3.11 \
+	  --fork-strategy fewest --upgrade --custom-compile-command "make lock" -o requirements.lock
+
+# The pinned collections of requirements.yml into ./collections (needs galaxy.ansible.com).
+collections: venv
+	ansible-galaxy collection install -r requirements.yml -p collections
 
 demo: venv
 	ansible-playbook setup.yml

