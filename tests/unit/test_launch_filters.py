@@ -396,6 +396,8 @@ def test_the_odd_hosts_python_or_package_version_is_named():
         "python differs between hosts (c: 3.12.1; the others: 3.11.7)",
         "mlx differs between hosts (b: 0.31.0; the others: 0.32.4)",
         "mpi4py differs between hosts (c: missing; the others: 4.1.2)"]
+    assert errors[1].endswith("on b, re-run ansible-playbook setup.yml, which puts every host "
+                              "on requirements.lock's versions"), errors[1]
     infos[0]["versions"] = None  # no environment at all
     assert "the Python environment on a could not be read" in " ".join(
         launch.launch_consistency_errors(infos, layout.cluster_layout(infos)))

@@ -276,7 +276,8 @@ def _version_errors(infos):
             odd_hosts = [host for host, value in found.items() if value != usual]
             odd = ", ".join(f"{host}: {found[host]}" for host in odd_hosts)
             fix = (f"recreate the environment there with Python {usual}" if name == "python"
-                   else f"run pip install '{name}=={usual}' in the environment there")
+                   else "re-run ansible-playbook setup.yml, which puts every host on "
+                   "requirements.lock's versions")
             errors.append(
                 f"{name} differs between hosts ({odd}; the others: {usual}) — every rank must run "
                 f"the same {name}: on {', '.join(odd_hosts)}, {fix}"
