@@ -319,9 +319,11 @@ class Supervisor:
         self.update(state="starting", launcher_pid=self.proc.pid, suspect=None)
         log(f"launched {shlex.join(cmd)} (pid {self.proc.pid})")
         while True:
-            time.sleep(self.args.poll)
+            try:  # returns as soon as the launcher exits: no poll interval added to every job
+                code = self.proc.wait(timeout=self.args.poll)
+            except subprocess.TimeoutExpired:
+                code = None
             self.watch_progress()
-            code = self.proc.poll()
             if code is not None:
                 return self.judge_exit(exit_code(code))
             if outcome := self.check():
