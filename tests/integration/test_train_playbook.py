@@ -141,6 +141,15 @@ def test_trains_on_every_slot_over_bridge0_then_resumes(cluster, tmp_path):
     logs = sorted(p.name for p in (out / "logs").iterdir())
     assert logs == [f"rank.{r}.log" for r in range(4)]
     assert "--bind-to none" in (out / "command.sh").read_text()
+    [line] = (out / "result.json").read_text().splitlines()  # one line of JSON for scripts
+    result = json.loads(line)
+    assert (result["ok"], result["state"], result["error"]) == (True, "finished", None), result
+    assert {k: result[k] for k in ("steps", "eval_accuracy")} == {
+        k: summary[k] for k in ("steps", "eval_accuracy")}
+    [shown] = [e["event_data"]["res"]["msg"] for e in run.events
+               if e.get("event") == "runner_on_ok"
+               and e["event_data"].get("task") == "Summarise the run"]
+    assert shown[-1] == line, shown  # the play's last line is the same JSON
 
     # Each host exchanges at least its whole gradient every step, both ways, over bridge0 only.
     gradient_bytes = MLP_GRADIENT_BYTES * steps
@@ -176,6 +185,8 @@ def test_killed_rank_fails_the_play_naming_its_host(cluster, tmp_path):
     assert run.status == "failed"
     message = failure_message(run)
     assert f"rank 3 on {victim}: killed by signal 9" in message, message
+    result = json.loads((tmp_path / "runs" / "killed" / "result.json").read_text())
+    assert result["ok"] is False and f"rank 3 on {victim}" in result["error"], result
     assert seconds < 300, f"the play took {seconds:.0f}s to notice"
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 

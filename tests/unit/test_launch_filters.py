@@ -411,3 +411,15 @@ def test_the_versions_probe_reads_this_python(tmp_path):
     assert found["python"] == platform.python_version()
     assert found["packages"] == {"mlx": importlib.metadata.version("mlx"),
                                  "no-such-package": None}
+
+
+def test_the_outcome_holds_the_state_the_numbers_and_the_error():
+    job = {"run": "r", "state": "failed", "reason": "rank_failed", "last_step": 7,
+           "restarts": [{"reason": "stall"}]}
+    summary = {"steps": 10, "eval_accuracy": 0.9, "train_loss": 0.1, "model": "mlp"}
+    outcome = launch.launch_outcome(summary, job, "/runs/r", "rank 1 on b: killed by signal 9")
+    assert outcome["ok"] is False and outcome["error"] == "rank 1 on b: killed by signal 9"
+    assert (outcome["state"], outcome["last_step"], outcome["restarts"]) == ("failed", 7, 1)
+    assert (outcome["steps"], outcome["eval_accuracy"], outcome["eval_loss"]) == (10, 0.9, None)
+    assert "model" not in outcome and outcome["results"] == "/runs/r"
+    assert launch.launch_outcome({}, None, "/runs/x", "")["ok"] is True

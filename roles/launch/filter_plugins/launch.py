@@ -465,9 +465,26 @@ def launch_summary_lines(summary, run_dir, job=None):
     return lines
 
 
+# summary.json's numbers a script most often wants, in result.json.
+OUTCOME_NUMBERS = ("world_size", "steps", "train_loss", "eval_loss", "eval_accuracy",
+                   "samples_per_s", "wall_time_s")
+
+
+def launch_outcome(summary, job, run_dir, error=None):
+    """The run in one JSON object for scripts (result.json, the play's last line): its state,
+    the error that failed it (None when it did not), its main numbers and where its files are."""
+    job, summary = job or {}, summary or {}
+    return {"run": job.get("run"), "ok": not error, "state": job.get("state"),
+            "reason": job.get("reason"), "last_step": job.get("last_step"),
+            "restarts": len(job.get("restarts") or []),
+            **{key: summary.get(key) for key in OUTCOME_NUMBERS},
+            "error": error or None, "results": str(run_dir)}
+
+
 class FilterModule:
     def filters(self):
         return {
+            "launch_outcome": launch_outcome,
             "launch_consistency_errors": launch_consistency_errors,
             "launch_extra_args": launch_extra_args,
             "launch_mpi_options": launch_mpi_options,
