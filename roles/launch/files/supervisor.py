@@ -202,7 +202,7 @@ class Supervisor:
         self.proc = None
         self.hard_stop = False  # SIGTERM from `stop` past its timeout
         # --elastic: {"argv": the launcher's argv, "batch_size": the global batch or null}
-        self.elastic = json.loads(Path(args.elastic).read_text()) if args.elastic else None
+        self.elastic = args.elastic
         self.command = ["sh", str(run_dir / "command.sh")]
         self.update()
 
@@ -516,10 +516,14 @@ class Supervisor:
 
 def start(args):
     run_dir = args.run_dir.resolve()
+    for private in (run_dir.parent, run_dir, run_dir / "logs"):  # runs/, the run, its logs
+        private.mkdir(mode=0o700, exist_ok=True)
+    if args.write_command:
+        write_atomic(run_dir / "command.sh", sys.stdin.read())
+        (run_dir / "command.sh").chmod(0o755)
     if not (run_dir / "command.sh").is_file():
         print(f"supervisor: error: {run_dir}/command.sh does not exist", file=sys.stderr)
         return 2
-    (run_dir / "logs").mkdir(exist_ok=True)
     lock = os.open(args.lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -615,7 +619,8 @@ def state_of(job):
 
 def status(args):
     rows = []
-    for run_dir in sorted(p for p in args.runs_dir.iterdir() if p.is_dir()):
+    found = args.runs_dir.iterdir() if args.runs_dir.is_dir() else []  # no run yet
+    for run_dir in sorted(p for p in found if p.is_dir()):
         job = read_json(run_dir / "job.json")
         if job:
             rows.append({**job, "state": state_of(job)})
@@ -661,7 +666,10 @@ def parser():
                    "has not stopped S seconds after DIR/stop (default: 120)")
     s.add_argument("--rank-hosts", metavar="JSON", help='[{"rank": 0, "host": NAME, "address": '
                    '"local" or an ssh address, "run_dir": optional}, ...] (default: rank 0, local)')
-    s.add_argument("--elastic", metavar="JSON_FILE", help='{"argv": the launcher\'s argv, '
+    s.add_argument("--write-command", action="store_true", help="first write command.sh into "
+                   "DIR from stdin (one step for train.yml: directories, command and start)")
+    s.add_argument("--elastic", type=json.loads, metavar="JSON",
+                   help='{"argv": the launcher\'s argv, '
                    '"batch_size": N or null}: on a restart, leave out hosts ssh cannot reach and '
                    "go on with the same global batch on the ranks left (mpirun only)")
     s.add_argument("--poll", type=seconds, default=1, metavar="S", help=argparse.SUPPRESS)

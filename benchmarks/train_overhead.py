@@ -1,0 +1,146 @@
+"""What train.yml adds to a job: its wall time minus the same job run by hand (one run).
+
+    sudo .venv/bin/python -m benchmarks.train_overhead [--rounds 3] [--steps 20]
+
+On a warm 3-host virtual cluster (slots 1,2,1, set up once with setup.yml), each round runs
+`ansible-playbook train.yml -e model=mlp -e steps=N` and then the command.sh that run wrote,
+by hand on the launch host (raw mpirun, the same job into a fresh run directory). The overhead
+of a round is the difference; the breakdown comes from ansible.posix.profile_tasks, grouped by
+the phase of the play. Writes benchmarks/results/train_overhead.md (min and median).
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tools.playbook import ROOT, run_playbook
+from tools.vcluster import VirtualCluster
+from tools.wheelhouse import offline_pip_args
+
+RESULTS = Path(__file__).parent / "results" / "train_overhead.md"
+# The first task of each phase, in play order (profile_tasks' recap in execution order).
+PHASES = [
+    ("check the request (controller)", "Check the request"),
+    ("gather facts", "Gather facts"),
+    ("preflight", "launch : Check the cluster before launching"),
+    ("start the job", "launch : Start the job under its supervisor"),
+    ("follow (the job runs)", "launch : Follow rank 0"),
+    ("bring the results back", "launch : Bring the results back"),
+    ("verdict", "launch : Judge the job"),
+]
+TASK_TIME = re.compile(r"^(?P<name>.*?) -+ (?P<seconds>\d+\.\d+)s$")
+
+
+def phases(output):
+    """{phase: seconds} from profile_tasks' recap (tasks in execution order)."""
+    seconds = dict.fromkeys([name for name, _ in PHASES], 0.0)
+    phase = PHASES[0][0]
+    for line in output.splitlines():
+        if not (match := TASK_TIME.match(line.strip())):
+            continue
+        for name, first in PHASES:
+            if match["name"].startswith(first):
+                phase = name
+                break
+        seconds[phase] += float(match["seconds"])
+    return seconds
+
+
+def train_yml(vc, workdir, run, steps):
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+           "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+           "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"}
+    argv = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(vc.inventory),
+            str(ROOT / "train.yml"), "-e", "model=mlp", "-e", f"steps={steps}",
+            "-e", f"run_name={run}", "-e", f"launch_results_dir={workdir / 'runs'}"]
+    start = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900,
+                          stdin=subprocess.DEVNULL)
+    wall = time.monotonic() - start
+    if done.returncode != 0:
+        raise SystemExit(f"train.yml failed:\n{done.stdout[-4000:]}")
+    return wall, phases(done.stdout)
+
+
+def by_hand(vc, run, raw):
+    """Seconds of the run's command.sh started by hand on the launch host, into runs/<raw>."""
+    host = vc.hosts[0]
+    line = (f"cd mlx-cluster/runs && mkdir -p {raw}/logs && "
+            f"sed 's#runs/{run}#runs/{raw}#g' {run}/command.sh >{raw}/command.sh && "
+            f"cd {raw} && sh command.sh >launch.log 2>&1")
+    start = time.monotonic()
+    vc.run(host, line, user=host.user, timeout=900)
+    wall = time.monotonic() - start
+    summary = vc.run(host, f"cat mlx-cluster/runs/{raw}/summary.json", user=host.user).stdout
+    assert json.loads(summary)["steps"] > 0, summary
+    return wall
+
+
+def table(rows, header):
+    return [header, "|---|" + "---:|" * (header.count("|") - 2),
+            *(f"| {name} | " + " | ".join(f"{v:.1f}" for v in values) + " |"
+              for name, values in rows)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    walls, raws, breakdowns = [], [], []
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp, VirtualCluster(
+        hosts=3, slots=[1, 2, 1], extra_vars={"python_env_pip_extra_args": offline_pip_args()},
+    ) as vc:
+        workdir = Path(tmp)
+        workdir.chmod(0o755)
+        setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
+        if setup.status != "successful":
+            raise SystemExit(f"setup.yml failed:\n{setup.stdout[-4000:]}")
+        train_yml(vc, workdir, "warm-up", args.steps)  # first-run costs: supervisor copy, caches
+        for n in range(args.rounds):
+            wall, phase = train_yml(vc, workdir, f"bench-{n}", args.steps)
+            raw = by_hand(vc, f"bench-{n}", f"raw-{n}")
+            print(f"round {n}: train.yml {wall:.1f} s, by hand {raw:.1f} s", flush=True)
+            walls.append(wall)
+            raws.append(raw)
+            breakdowns.append(phase)
+
+    overheads = [w - r for w, r in zip(walls, raws, strict=True)]
+    stats = [("ansible-playbook train.yml", walls), ("command.sh by hand (raw mpirun)", raws),
+             ("overhead (train.yml - by hand)", overheads)]
+    parts = {name: [b[name] for b in breakdowns] for name, _ in PHASES}
+    parts["Ansible itself (start, plugins, exit)"] = [
+        w - sum(b.values()) for w, b in zip(walls, breakdowns, strict=True)]
+    lines = [
+        "# train.yml's overhead over the same job started by hand",
+        "",
+        f"3 virtual hosts (slots 1,2,1: 4 ranks), mlp on digits, {args.steps} steps; the shared",
+        f"2-core machine. {args.rounds} rounds, each train.yml then its command.sh by hand.",
+        "",
+        f"Command: `sudo .venv/bin/python -m benchmarks.train_overhead --rounds {args.rounds} "
+        f"--steps {args.steps}`",
+        "",
+        "## Wall time, seconds",
+        "",
+        *table([(n, (min(v), statistics.median(v))) for n, v in stats],
+               "| | min | median |"),
+        "",
+        "## Where train.yml's seconds go (median over rounds)",
+        "",
+        *table([(n, (statistics.median(v),)) for n, v in parts.items()], "| phase | seconds |"),
+        "",
+        "The follow phase is the job itself plus up to one poll interval (0.5 s) after it ends.",
+    ]
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text("\n".join(lines) + "\n")
+    print(RESULTS.read_text())
+
+
+if __name__ == "__main__":
+    main()
