@@ -68,10 +68,12 @@ NET = {"label": "thunderbolt", "interface": "bridge0"}
 
 
 def test_parse_run_reads_the_json_line():
-    line = json.dumps({"backend": "mpi", "ranks": 2, "sizes": [4096], "seconds": [1e-4]})
+    line = json.dumps({"backend": "mpi", "ranks": 2, "sizes": [4096], "seconds": [1e-4],
+                       "median_seconds": [2e-4], "rounds": [9]})
     entry = bench.bench_parse_run(read({"rc": 0, "stdout": f"noise\n{line}\n"}), NET, "mpi", 4)
     assert entry == {"network": "thunderbolt", "interface": "bridge0", "backend": "mpi",
-                     "links": 4, "ranks": 2, "sizes": [4096], "seconds": [1e-4]}
+                     "links": 4, "ranks": 2, "sizes": [4096], "seconds": [1e-4],
+                     "median_seconds": [2e-4], "rounds": [9]}
 
 
 def test_parse_run_failure_explains_with_the_failing_peer():
@@ -126,6 +128,17 @@ def test_recommend_drops_extra_tcp_links_that_do_not_help():
     assert bench.bench_launch_vars(rec)["mpi_extra_args"] == []
 
 
+def test_recommend_keeps_thunderbolt_unless_another_network_is_clearly_faster():
+    tb = run("thunderbolt", "mpi", [1e-4, 3e-4, 2e-3, 30e-3])
+    en0 = run("management", "ring", [1e-4, 3e-4, 2e-3, 28e-3])  # fastest once...
+    en0["median_seconds"] = [1e-4, 3e-4, 2e-3, 29e-3]  # ...but not clearly: noise
+    rec = bench.bench_recommend([tb, en0])
+    assert (rec["network"], rec["backend"]) == ("thunderbolt", "mpi"), rec
+    assert "not clearly faster" in rec["why"] and "Thunderbolt stays" in rec["why"]
+    en0["median_seconds"] = [1e-4, 3e-4, 2e-3, 20e-3]  # every round well below Thunderbolt's best
+    assert bench.bench_recommend([tb, en0])["network"] == "management"
+
+
 def test_recommend_without_results_is_empty():
     assert bench.bench_recommend([RESULTS[-1]]) == {}
     assert bench.bench_launch_vars({}) == {}
@@ -138,6 +151,6 @@ def test_markdown_has_links_sizes_failures_and_verdict():
     assert "| thunderbolt | a -> b | 9.31 |" in md
     assert "failed: iperf3 not installed on b" in md
     assert "| configuration | ranks | 4 KiB | 64 KiB | 1 MiB | 16 MiB |" in md
-    assert "| MLX mpi links=4 @ thunderbolt (bridge0) | 2 | 0.100 / 0.33 |" in md
+    assert "| MLX mpi links=4 @ thunderbolt (bridge0) | 2 | 0.100 / 0.100, 0.33 |" in md
     assert "MLX ring @ management (en0) | - | failed: hung" in md
     assert "backend: **mpi**, network: **thunderbolt**" in md

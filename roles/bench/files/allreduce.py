@@ -2,15 +2,18 @@
 
 Start it like training: under mpirun (mpi, mpi4py), or once per host with MLX_RANK and
 MLX_HOSTFILE set (ring). Rank 0 prints one JSON line:
-{"backend", "ranks", "sizes": [bytes], "seconds": [fastest all-reduce per size]}.
-The fastest round counts: other load on a host only ever adds time (and the cluster under test
-may be shared), so the minimum is what the links and backend can do.
+{"backend", "ranks", "sizes": [bytes], "seconds": [fastest all-reduce per size],
+ "median_seconds": [median round per size], "rounds": [rounds per size]}.
+The fastest round is what the links and backend can do (other load on a host only ever adds
+time); the median is what a training step usually sees. A configuration is only clearly faster
+than another when its median beats the other's minimum.
 Every rank runs the same number of rounds (rank 0 decides from a timed round), so no rank
 waits in a collective the others skipped.
 """
 
 import argparse
 import json
+import statistics
 import time
 
 
@@ -54,14 +57,14 @@ def measure(comm, nbytes, seconds, max_rounds):
     run()  # warm-up: connections, buffers
     t0 = time.perf_counter()
     run()
-    rounds = int(min(max_rounds, max(3, seconds / max(time.perf_counter() - t0, 1e-6))))
+    rounds = int(min(max_rounds, max(5, seconds / max(time.perf_counter() - t0, 1e-6))))
     rounds = comm.from_rank0(rounds)
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         run()
         times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(times), statistics.median(times), rounds
 
 
 def main():
@@ -73,10 +76,12 @@ def main():
     args = parser.parse_args()
 
     comm = Mpi4py() if args.backend == "mpi4py" else Mlx(args.backend)
-    seconds = [measure(comm, n, args.seconds, args.max_rounds) for n in args.sizes]
+    fastest, median, rounds = zip(*(measure(comm, n, args.seconds, args.max_rounds)
+                                    for n in args.sizes), strict=True)
     if comm.rank == 0:
         print(json.dumps({"backend": args.backend, "ranks": comm.size, "sizes": args.sizes,
-                          "seconds": seconds}), flush=True)
+                          "seconds": fastest, "median_seconds": median, "rounds": rounds}),
+              flush=True)
 
 
 if __name__ == "__main__":
