@@ -36,7 +36,8 @@ def test_an_earlier_launch_is_replaced_and_the_users_own_files_are_kept(tmp_path
     launch_host = archive(incoming / "a.tar", {
         "r/job.json": "{}", "r/checkpoints/step_00000020/model.safetensors": "w",
         "r/logs/rank.0.log": "0\n"})
-    other = archive(incoming / "b.tar", {"r/logs/rank.1.log": "1\n", "other/x": "not ours"})
+    other = archive(incoming / "b.tar", {"r/logs/rank.1.log": "1\n", "other/x": "not ours",
+                                         "r/adapters/a.safetensors": "rank 1's copy"})
 
     unpack(run, launch_host, other)
     assert sorted(p.relative_to(run).as_posix() for p in run.rglob("*") if p.is_file()) == [

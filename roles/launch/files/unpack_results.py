@@ -3,10 +3,12 @@ controller, in one process (each Ansible task on the controller costs a module r
 
     python unpack_results.py RUN_DIR ARCHIVE...
 
-Each archive holds RUN/... as one host had it. When the launch host's archive (the one with
-RUN/job.json) is among them, what an earlier launch of the run left on the controller is
-removed first, so that nothing of it is judged as this launch's; without it, nothing is
-removed. The archives (and their directory, once empty) are deleted once unpacked.
+Each archive holds RUN/... as one host had it. The launch host's (the one with RUN/job.json)
+gives everything; the other hosts give their rank logs only (a program may write the same
+outputs on every rank: rank 0's are the run's). When the launch host's archive is among them,
+what an earlier launch of the run left on the controller is removed first, so that nothing of
+it is judged as this launch's; without it, nothing is removed. The archives (and their
+directory, once empty) are deleted once unpacked.
 """
 
 import os
@@ -31,7 +33,8 @@ def main(run_dir, *archives):
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tars = [tarfile.open(archive) for archive in archives]  # noqa: SIM115 (closed below)
-    if any(f"{run_dir.name}/job.json" in tar.getnames() for tar in tars):
+    launch_host = [f"{run_dir.name}/job.json" in tar.getnames() for tar in tars]
+    if any(launch_host):
         for name in STALE:
             stale = run_dir / name
             if stale.is_dir():
@@ -39,9 +42,10 @@ def main(run_dir, *archives):
             else:
                 stale.unlink(missing_ok=True)
     safe = {"filter": private} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.11.4
-    for tar, archive in zip(tars, archives, strict=True):
+    for tar, archive, everything in zip(tars, archives, launch_host, strict=True):
+        wanted = f"{run_dir.name}/" if everything else f"{run_dir.name}/logs/"
         with tar:
-            mine = [m for m in tar.getmembers() if m.name.split("/")[0] == run_dir.name]
+            mine = [m for m in tar.getmembers() if m.name.startswith(wanted)]
             tar.extractall(run_dir.parent, members=mine, **safe)
         Path(archive).unlink()
     for incoming in {Path(archive).parent for archive in archives}:
