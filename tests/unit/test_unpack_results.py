@@ -12,6 +12,10 @@ SCRIPT = ROOT / "roles" / "launch" / "files" / "unpack_results.py"
 
 def archive(path, files):
     with tarfile.open(path, "w") as tar:
+        for name in sorted({n.rsplit("/", 1)[0] for n in files}):  # directory entries, as tar
+            info = tarfile.TarInfo(name)
+            info.type, info.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(info)
         for name, text in files.items():
             data = text.encode()
             info = tarfile.TarInfo(name)
@@ -44,7 +48,8 @@ def test_an_earlier_launch_is_replaced_and_the_users_own_files_are_kept(tmp_path
         "checkpoints/step_00000020/model.safetensors", "job.json", "logs/rank.0.log",
         "logs/rank.1.log", "notes.txt"]
     assert not (tmp_path / "runs" / "other").exists() and not incoming.exists()
-    assert (run / "logs" / "rank.0.log").stat().st_mode & 0o077 == 0  # private
+    for path in (run / "logs", run / "logs" / "rank.0.log"):
+        assert path.stat().st_mode & 0o077 == 0, path  # private
 
 
 def test_without_the_launch_hosts_archive_nothing_is_removed(tmp_path):

@@ -25,6 +25,8 @@ def private(member, dest):
     """tarfile's "data" filter (nothing outside dest, no device files), with the modes made
     the user's alone."""
     member = tarfile.data_filter(member, dest)
+    if member.mode is None:  # a directory: the filter leaves it to the umask (0700 here)
+        return member
     return member.replace(mode=member.mode & 0o700, deep=False)
 
 
