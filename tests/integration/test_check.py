@@ -8,6 +8,7 @@ and checks are injected together, and every fault is undone before the next run.
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 from pathlib import Path
@@ -59,6 +60,22 @@ def failed(rows):
     return {(r["check"], r["target"]): r for r in rows if r["status"] == "failed"}
 
 
+def assert_report_json_matches_md(report_dir):
+    """report.json holds the rows of report.md, row for row; returns them."""
+    report = json.loads((report_dir / "report.json").read_text())
+    md_rows = [
+        [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        for line in (report_dir / "report.md").read_text().splitlines()
+        if line.startswith("| ") and not line.startswith("| check |")
+    ]
+    md_rows = md_rows[:len(report) + 1]  # the link matrices below are tables too
+    assert [[r["title"], r["host"], r["status"], r["detail"], r["fix"] or ""] for r in report] \
+        == md_rows[:len(report)]
+    assert not md_rows[len(report):] or md_rows[len(report)][0].startswith("latency")
+    assert all(r["ok"] == (r["status"] != "failed") for r in report)
+    return report
+
+
 def names(vc):
     return [h.name for h in vc.hosts]
 
@@ -89,6 +106,9 @@ def test_healthy_cluster_passes_every_check(cluster, tmp_path):
     links = json.loads((report_dir / "links.json").read_text())
     assert len(links["pairs"]) == 3 and all(p["gbps"] > 0 for p in links["pairs"])
     assert (report_dir / "links.png").read_bytes()[:4] == b"\x89PNG"
+    report_json = assert_report_json_matches_md(report_dir)
+    assert {(r["check"], r["host"]) for r in report_json} == {
+        (r["check"], r["target"]) for r in rows}
 
 
 def test_bridge_down_train_edited_and_open_mpi_missing(cluster, tmp_path):
@@ -107,7 +127,7 @@ def test_bridge_down_train_edited_and_open_mpi_missing(cluster, tmp_path):
         cluster.run(b, ["mount", "--bind", str(empty), "/usr/bin/mpirun"])
         undo.callback(cluster.run, b, ["umount", "/usr/bin/orterun"])
 
-        run, rows, _ = run_check(cluster, tmp_path, "faults")
+        run, rows, report_dir = run_check(cluster, tmp_path, "faults")
 
     assert run.status == "failed"
     bad = failed(rows)
@@ -119,6 +139,11 @@ def test_bridge_down_train_edited_and_open_mpi_missing(cluster, tmp_path):
     assert bad[("openmpi", b)]["reason"] == "missing"
     assert ("openmpi", a) not in bad and ("openmpi", c) not in bad
     assert "fix: Bring the interface up on " + c in run.stdout
+    report_json = {(r["check"], r["host"]): r for r in assert_report_json_matches_md(report_dir)}
+    assert report_json[("tb_iface", c)]["ok"] is False
+    assert report_json[("tb_iface", c)]["fix"].startswith("Bring the interface up on " + c)
+    assert report_json[("ping", f"{a} -> {b}")]["ok"] is True
+    assert report_json[("ping", f"{a} -> {b}")]["fix"] is None
 
 
 def test_sshd_stopped_and_host_key_changed(cluster, tmp_path):

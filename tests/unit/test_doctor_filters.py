@@ -1,5 +1,6 @@
 """roles/doctor/filter_plugins/doctor.py: probe classification and the check.yml report table."""
 
+import json
 
 import pytest
 
@@ -57,7 +58,7 @@ def test_ssh_row_names_the_pair_and_the_changed_key():
     assert row["check"] == "ssh" and row["target"] == "a -> b" and row["status"] == "failed"
     assert row["reason"] == "host_key_changed"
     assert "CHANGED" in row["detail"] and "198.19.1.3" in row["detail"]
-    table = doctor.doctor_table([row])
+    table = doctor.doctor_table(doctor.doctor_report_rows([row]))
     assert "mlx_cluster_known_hosts on a" in table and "re-run setup.yml" in table
 
 
@@ -182,7 +183,7 @@ def test_table_lists_rows_in_check_order_with_fixes_and_a_summary():
         doctor.doctor_row("tb_loop", "cluster", True, "3 hosts", "loop", "warn"),
         doctor.doctor_row("tb_iface", "c", False, "bridge0 is down", "down"),
     ]
-    lines = doctor.doctor_table(rows).splitlines()
+    lines = doctor.doctor_table(doctor.doctor_report_rows(rows)).splitlines()
     assert lines[0].split() == ["CHECK", "TARGET", "RESULT", "DETAIL"]
     assert lines[1].startswith("inventory valid") and lines[1].split()[-1] == "ok"
     assert "Thunderbolt interface" in lines[2] and "FAILED" in lines[2] and "c " in lines[2]
@@ -194,9 +195,30 @@ def test_table_lists_rows_in_check_order_with_fixes_and_a_summary():
 
 
 def test_markdown_table_escapes_pipes():
-    md = doctor.doctor_table([doctor.doctor_row("ssh", "a -> b", False, "x | y", "auth")],
-                             markdown=True)
+    rows = [doctor.doctor_row("ssh", "a -> b", False, "x | y", "auth")]
+    md = doctor.doctor_table(doctor.doctor_report_rows(rows), markdown=True)
     assert "x \\| y" in md and md.splitlines()[0].startswith("| check |")
+
+
+def test_report_rows_are_what_report_json_holds():
+    rows = [
+        doctor.doctor_row("ssh", "a -> b", False, "198.19.1.3: key not accepted", "auth"),
+        doctor.doctor_row("inventory", "cluster", True, "3 hosts"),
+        doctor.doctor_row("tb_loop", "cluster", True, "3 hosts", "loop", "warn"),
+    ]
+    report = doctor.doctor_report_rows(rows)
+    assert json.loads(json.dumps(report)) == report  # plain JSON, nothing Jinja-specific
+    assert [(r["check"], r["host"], r["ok"]) for r in report] == [
+        ("inventory", "cluster", True), ("ssh", "a -> b", False), ("tb_loop", "cluster", True)]
+    assert report[0]["fix"] is None and report[0]["title"] == "inventory valid"
+    assert report[1]["status"] == "failed" and report[1]["detail"] == rows[0]["detail"]
+    assert report[1]["fix"].startswith("The mesh key is not accepted: re-run setup.yml to "
+                                       "install a's")
+    assert report[2]["status"] == "warn" and "never a ring" in report[2]["fix"]
+    # The markdown table is these rows, line for line.
+    md = doctor.doctor_table(report, markdown=True).splitlines()[2:5]
+    assert [line.split(" | ")[:3] for line in md] == [
+        ["| " + r["title"], r["host"], r["status"]] for r in report]
 
 
 def test_every_check_has_a_fix():

@@ -291,28 +291,45 @@ def doctor_failed(rows):
     return [r for r in rows if r and r["status"] == "failed"]
 
 
-def doctor_table(rows, markdown=False):
-    """The report: one line per check x target, a fix under every failure, a summary line."""
-    rows = doctor_sorted(rows)
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("ok", "failed", "warn", "skipped")}
+def doctor_report_rows(rows):
+    """The report's rows in check order, built once: report.md, report.json and the printed
+    table all render these. ok is false only for failed rows (a warning does not fail the play);
+    fix is the text shown under a failure or warning, else None."""
+    return [
+        {
+            "check": r["check"],
+            "title": CHECKS[r["check"]],
+            "host": r["target"],
+            "status": r["status"],
+            "ok": r["status"] != "failed",
+            "detail": r["detail"],
+            "fix": _fix(r) if r["status"] in ("failed", "warn") else None,
+        }
+        for r in doctor_sorted(rows)
+    ]
+
+
+def doctor_table(report, markdown=False):
+    """The table of doctor_report_rows: one line per check x host, the fix under every failure
+    or warning, a summary line."""
+    counts = {s: sum(r["status"] == s for r in report) for s in ("ok", "failed", "warn", "skipped")}
     summary = (f"{counts['ok']} ok, {counts['failed']} failed, {counts['warn']} warnings, "
                f"{counts['skipped']} skipped")
     if markdown:
         lines = ["| check | target | result | detail | fix |", "|---|---|---|---|---|"]
-        for r in rows:
-            fix = _fix(r) if r["status"] in ("failed", "warn") else ""
-            cells = [CHECKS[r["check"]], r["target"], r["status"], r["detail"], fix]
+        for r in report:
+            cells = [r["title"], r["host"], r["status"], r["detail"], r["fix"] or ""]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         return "\n".join(lines + ["", summary, ""])
-    width_check = max([len(CHECKS[r["check"]]) for r in rows] + [5])
-    width_target = max([len(r["target"]) for r in rows] + [6])
+    width_check = max([len(r["title"]) for r in report] + [5])
+    width_target = max([len(r["host"]) for r in report] + [6])
     lines = [f"{'CHECK':<{width_check}}  {'TARGET':<{width_target}}  RESULT   DETAIL"]
-    for r in rows:
+    for r in report:
         status = r["status"] if r["status"] == "ok" else r["status"].upper()
-        lines.append(f"{CHECKS[r['check']]:<{width_check}}  {r['target']:<{width_target}}  "
+        lines.append(f"{r['title']:<{width_check}}  {r['host']:<{width_target}}  "
                      f"{status:<7}  {r['detail']}".rstrip())
-        if r["status"] in ("failed", "warn"):
-            lines.append(" " * (width_check + 2) + "fix: " + _fix(r))
+        if r["fix"]:
+            lines.append(" " * (width_check + 2) + "fix: " + r["fix"])
     lines.append(summary)
     return "\n".join(lines)
 
@@ -328,6 +345,7 @@ class FilterModule:
             "doctor_link_rows": doctor_link_rows,
             "doctor_link_table": doctor_link_table,
             "doctor_row": doctor_row,
+            "doctor_report_rows": doctor_report_rows,
             "doctor_ssh_row": doctor_ssh_row,
             "doctor_table": doctor_table,
         }
