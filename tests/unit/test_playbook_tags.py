@@ -22,12 +22,15 @@ CHECK_PLAYS = [
 
 
 def play_tags(playbook):
-    out = subprocess.run(
+    # stdin: an earlier in-process ansible import can leave the inherited one non-blocking
+    run = subprocess.run(
         [Path(sys.executable).parent / "ansible-playbook", "-i", "inventory/hosts.yml", playbook,
          "--list-tags"],
-        cwd=ROOT, capture_output=True, text=True, check=True,
+        cwd=ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL,
         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
-    ).stdout
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = run.stdout
     return [set(filter(None, tags.split(", "))) for tags in re.findall(r"TASK TAGS: \[(.*)\]", out)]
 
 

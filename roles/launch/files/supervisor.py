@@ -377,10 +377,11 @@ class Supervisor:
                    "steps": beat.get("steps", self.job["steps"])}
         if beat["step"] > self.first_step and self.job["state"] == "starting":
             changes["state"] = "running"
-            restarts = self.job["restarts"]
-            if restarts and restarts[-1]["resumed_at"] is None:
-                restarts[-1]["resumed_at"] = beat["time"]
-                log(f"training again at step {beat['step']}")
+        # Past the checkpoint it resumed from: a fast job may finish before a second beat is read.
+        restart = self.job["restarts"][-1] if self.job["restarts"] else None
+        if restart and restart["resumed_at"] is None and beat["step"] > restart["from_step"]:
+            restart["resumed_at"] = beat["time"]
+            log(f"training again at step {beat['step']}")
         self.update(**changes)
 
     def stall_timeout(self):
