@@ -43,19 +43,21 @@ if group.rank() == 0:
 """
 
 
-def stock(vc, workdir, seconds):
+def stock(vc, workdir, seconds, tag):
     """{backend: (fastest, median)} of bench.yml's 64 MiB all-reduce over Thunderbolt."""
-    run = run_playbook("bench.yml", vc.inventory, workdir / "bench", extravars={
+    results_dir = workdir / f"bench-results-{tag}"
+    run = run_playbook("bench.yml", vc.inventory, workdir / f"bench-{tag}", extravars={
         "bench_min_bytes": 64 * MiB, "bench_max_bytes": 64 * MiB, "bench_iperf3": False,
         "bench_tcp_links": [], "bench_seconds_per_size": seconds,
-        "bench_results_dir": str(workdir / "bench-results")})
+        "bench_results_dir": str(results_dir)})
     if run.status != "successful":
         raise SystemExit(f"bench.yml failed:\n{run.stdout[-4000:]}")
-    [results] = (workdir / "bench-results").glob("*/results.json")
+    [results] = results_dir.glob("*/results.json")
     found = {}
     for r in json.loads(results.read_text())["allreduce"]:
         if r["network"] == "thunderbolt" and not r.get("error"):
             found[r["backend"]] = (r["seconds"][-1], r["median_seconds"][-1])
+            print(f"stock {r['backend']}: {r['seconds'][-1] * 1e3:.0f} ms fastest", flush=True)
     return found
 
 
@@ -89,8 +91,8 @@ def main():
             raise SystemExit(f"setup.yml failed:\n{setup.stdout[-4000:]}")
         # Alternate stock and ours twice, so that a slow spell of the machine hits both.
         rows = {}
-        for _ in range(2):
-            for backend, times in stock(vc, workdir, seconds=3.0).items():
+        for n in range(2):
+            for backend, times in stock(vc, workdir, 3.0, n).items():
                 rows.setdefault(f"stock: {backend}", []).append(times)
             for dtype in ("float32", "bfloat16"):
                 rows.setdefault(f"train: {dtype} on the wire (MLX mpi)", []).append(
