@@ -6,7 +6,8 @@ against the stock all-reduces (mpi4py, MLX mpi, MLX ring), all in one run.
 A 3-host virtual cluster (one rank each) is set up with setup.yml; bench.yml times the stock
 all-reduces of a 64 MiB float32 message over the Thunderbolt network (bridge0); then
 train.distributed.average_gradients averages a 64 MiB gradient tree (16 tensors of 4 MiB, MLX's
-32 MiB buckets) under mpirun with train.yml's flags. Fastest and median round of each.
+32 MiB buckets) under mpirun with train.yml's flags (MLX mpi) and with the ring backend on every
+host (MLX ring). Fastest and median round of each.
 Writes benchmarks/results/grad_sync.md.
 """
 
@@ -29,8 +30,8 @@ AVERAGE = """
 import json, sys, time
 import mlx.core as mx
 from train import distributed
-dtype, rounds = getattr(mx, sys.argv[1]), int(sys.argv[2])
-group = mx.distributed.init(strict=True)
+dtype, rounds, backend = getattr(mx, sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+group = mx.distributed.init(strict=True, backend=backend)
 grads = {f"layer{i}": mx.ones((1 << 20,)) * (group.rank() + 1) for i in range(16)}  # 64 MiB
 mx.eval(grads)
 times = []
@@ -61,19 +62,28 @@ def stock(vc, workdir, seconds, tag):
     return found
 
 
-def ours(vc, dtype, rounds):
-    """(fastest, median) of train's average over mpirun on bridge0, as train.yml starts it."""
+def ours(vc, dtype, backend, rounds):
+    """(fastest, median) of train's average on bridge0: under mpirun with train.yml's flags, or
+    with the ring backend on every host at once (MLX_RANK, bench.yml's ring hostfile)."""
     for host in vc.hosts:  # each host has its own /tmp: the script goes to every home
         vc.run(host, "cat >average.py", user=host.user, input=AVERAGE)
-    argv = mpi_filters().mpirun_argv("/usr/bin/mpirun", "mlx-cluster/hostfile", 3, VERSION,
-                                     interface="bridge0", env={"MLX_MPI_LIBNAME": LIBMPI})
-    argv += ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds)]
-    out = subprocess.run(as_user(vc, vc.hosts[0], f"cd && {shlex.join(argv)}"),
-                         capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL)
-    if out.returncode != 0:
-        raise SystemExit(f"train's average ({dtype}) failed:\n{out.stdout}\n{out.stderr}")
-    times = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"train {dtype}: {min(times) * 1e3:.0f} ms fastest", flush=True)
+    script = ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds), backend]
+    if backend == "mpi":
+        argv = mpi_filters().mpirun_argv("/usr/bin/mpirun", "mlx-cluster/hostfile", 3, VERSION,
+                                         interface="bridge0", env={"MLX_MPI_LIBNAME": LIBMPI})
+        lines = [f"cd && {shlex.join(argv + script)}"]
+    else:
+        lines = [f"cd && MLX_RANK={rank} MLX_HOSTFILE=mlx-cluster/bench/ring-thunderbolt.json "
+                 f"{shlex.join(script)}" for rank in range(len(vc.hosts))]
+    procs = [subprocess.Popen(as_user(vc, host, line), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+             for host, line in zip(vc.hosts, lines, strict=False)]  # mpirun: one line
+    outs = [(proc, *proc.communicate(timeout=900)) for proc in procs]
+    if any(proc.returncode for proc, _, _ in outs):
+        raise SystemExit(f"train's average ({dtype}, {backend}) failed:\n"
+                         + "\n".join(out + err for _, out, err in outs))
+    times = json.loads(outs[0][1].strip().splitlines()[-1])
+    print(f"train {dtype} {backend}: {min(times) * 1e3:.0f} ms fastest", flush=True)
     return min(times), statistics.median(times)
 
 
@@ -89,27 +99,29 @@ def main():
         setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
         if setup.status != "successful":
             raise SystemExit(f"setup.yml failed:\n{setup.stdout[-4000:]}")
+        names = {"mpi": "MLX mpi", "ring": "MLX ring", "mpi4py": "mpi4py"}
         # Alternate stock and ours twice, so that a slow spell of the machine hits both.
         rows = {}
         for n in range(2):
             for backend, times in stock(vc, workdir, 3.0, n).items():
                 rows.setdefault(f"stock: {backend}", []).append(times)
-            for dtype in ("float32", "bfloat16"):
-                rows.setdefault(f"train: {dtype} on the wire (MLX mpi)", []).append(
-                    ours(vc, dtype, args.rounds))
+            for backend in ("mpi", "ring"):
+                for dtype in ("float32", "bfloat16"):
+                    rows.setdefault(f"train: {dtype} on the wire ({names[backend]})", []).append(
+                        ours(vc, dtype, backend, args.rounds))
 
     best = {name: (min(t[0] for t in times), statistics.median(t[1] for t in times))
             for name, times in rows.items()}
     fastest_stock = min((v for k, v in best.items() if k.startswith("stock")), key=lambda v: v[0])
-    names = {"mpi": "MLX mpi", "ring": "MLX ring", "mpi4py": "mpi4py"}
     lines = [
         "# Averaging a 64 MiB gradient on 3 ranks",
         "",
         "3 virtual hosts (one rank each) on the shared 2-core machine, over bridge0 (veth, not",
-        "shaped). Stock: bench.yml's float32 all-reduce of one 64 MiB message. Train: ",
+        "shaped). Stock: bench.yml's float32 all-reduce of one 64 MiB message. Train:",
         "train.distributed.average_gradients of 16 tensors of 4 MiB in 32 MiB buckets, under",
-        "mpirun with train.yml's flags. Two alternating passes; fastest round over both, median",
-        "of the passes' medians.",
+        "mpirun with train.yml's flags (MLX mpi) or started on every host with bench.yml's ring",
+        "hostfile (MLX ring, as `-e backend=ring` does). Two alternating passes; fastest round",
+        "over both, median of the passes' medians.",
         "",
         f"Command: `sudo .venv/bin/python -m benchmarks.grad_sync --rounds {args.rounds}`",
         "",
