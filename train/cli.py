@@ -86,8 +86,12 @@ def parser():
     add("--checkpoint-every", type=count(0), default=100, metavar="K", help="checkpoint every K "
         "steps and at the end; 0: only at the end (default: 100)")
     add("--grad-bucket-bytes", type=count(0), default=32 * 1024**2, metavar="N", help="average "
-        "the gradients in all-reduces of up to N bytes each; 0: one per tensor (default: 32 MiB, "
-        "MLX's; bench.yml recommends one for your interconnect)")
+        "the gradients in all-reduces of at least N bytes each (whole tensors, the last one may "
+        "be smaller); 0: one per tensor (default: 32 MiB, MLX's; bench.yml recommends one for "
+        "your interconnect)")
+    add("--grad-dtype", choices=("float32", "bfloat16"), default="float32", help="the "
+        "gradients' type on the wire: bfloat16 sends half the bytes; weights and optimizer stay "
+        "float32 (default: float32)")
     add("--log-every", type=count(1), default=10, metavar="K", help="report the loss every K "
         "steps (default: 10)")
     add("--heartbeat", metavar="TEMPLATE", help="each rank writes {step, steps, time, pid} as "

@@ -1,5 +1,6 @@
 """Joining the launcher's world, and sharing rank 0's state with the other ranks."""
 
+import itertools
 import json
 import os
 import sys
@@ -8,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import mlx.core as mx
-from mlx.utils import tree_map
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 # What each launcher tells its processes about the world size.
 SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MLX_WORLD_SIZE")
@@ -75,3 +76,29 @@ def from_rank0(tree, group):
     keep = group.rank() == 0
     return tree_map(
         lambda a: mx.distributed.all_sum(a if keep else mx.zeros_like(a), group=group), tree)
+
+
+def average_gradients(grads, group, bucket_bytes, wire_dtype=mx.float32):
+    """Every rank's gradients averaged. Tensors travel concatenated in buckets of at least
+    bucket_bytes on the wire (0: one all-reduce per tensor; the last bucket may be smaller) and
+    as wire_dtype: bfloat16 halves the bytes, and the sums come back in each tensor's own dtype,
+    so the weights and the optimizer stay float32. (mlx.nn.average_gradients has no wire dtype.)
+    """
+    if group.size() == 1:
+        return grads
+    buckets, bucket, size = [], [], 0
+    for key, grad in tree_flatten(grads):
+        bucket.append((key, grad))
+        size += grad.size * wire_dtype.size
+        if size >= bucket_bytes:
+            buckets.append(bucket)
+            bucket, size = [], 0
+    buckets += [bucket] if bucket else []
+    averaged = []
+    for bucket in buckets:
+        wire = mx.concatenate([grad.reshape(-1).astype(wire_dtype) for _, grad in bucket])
+        total = mx.distributed.all_sum(wire, group=group)
+        ends = list(itertools.accumulate(grad.size for _, grad in bucket))[:-1]
+        averaged += [(key, part.astype(grad.dtype).reshape(grad.shape) / group.size())
+                     for (key, grad), part in zip(bucket, mx.split(total, ends), strict=True)]
+    return tree_unflatten(averaged)

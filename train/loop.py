@@ -126,7 +126,8 @@ def run(args, group):
         loss, grads = loss_and_grad(model, *shard, scale)
         mx.eval(loss, grads)
         synced = time.perf_counter()
-        grads = nn.average_gradients(grads, group=group, all_reduce_size=args.grad_bucket_bytes)
+        grads = distributed.average_gradients(grads, group, args.grad_bucket_bytes,
+                                              getattr(mx, args.grad_dtype))
         # Rank 0's stop request reaches every rank in the same evaluation as the gradients'
         # all-reduce: one more 4-byte sum, no extra round trip, and all ranks agree on the step.
         stop = mx.distributed.all_sum(mx.array(int(rank == 0 and stop_file.exists())), group=group)

@@ -1,0 +1,142 @@
+"""Averaging a 64 MiB gradient on 3 ranks: train's average (float32 and bfloat16 on the wire)
+against the stock all-reduces (mpi4py, MLX mpi, MLX ring), all in one run.
+
+    sudo .venv/bin/python -m benchmarks.grad_sync [--rounds 10]
+
+A 3-host virtual cluster (one rank each) is set up with setup.yml; bench.yml times the stock
+all-reduces of a 64 MiB float32 message over the Thunderbolt network (bridge0); then
+train.distributed.average_gradients averages a 64 MiB gradient tree (16 tensors of 4 MiB, MLX's
+32 MiB buckets) under mpirun with train.yml's flags (MLX mpi) and with the ring backend on every
+host (MLX ring). Fastest and median round of each.
+Writes benchmarks/results/grad_sync.md.
+"""
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from benchmarks.launch_overhead import LIBMPI, VERSION, as_user, mpi_filters
+from tools.playbook import run_playbook
+from tools.vcluster import VirtualCluster
+from tools.wheelhouse import offline_pip_args
+
+RESULTS = Path(__file__).parent / "results" / "grad_sync.md"
+MiB = 1 << 20
+AVERAGE = """
+import json, sys, time
+import mlx.core as mx
+from train import distributed
+dtype, rounds, backend = getattr(mx, sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+group = mx.distributed.init(strict=True, backend=backend)
+grads = {f"layer{i}": mx.ones((1 << 20,)) * (group.rank() + 1) for i in range(16)}  # 64 MiB
+mx.eval(grads)
+times = []
+for _ in range(rounds + 1):  # the first round connects
+    start = time.perf_counter()
+    mx.eval(distributed.average_gradients(grads, group, 32 << 20, dtype))
+    times.append(time.perf_counter() - start)
+if group.rank() == 0:
+    print(json.dumps(times[1:]))
+"""
+
+
+def stock(vc, workdir, seconds, tag):
+    """{backend: (fastest, median)} of bench.yml's 64 MiB all-reduce over Thunderbolt."""
+    results_dir = workdir / f"bench-results-{tag}"
+    run = run_playbook("bench.yml", vc.inventory, workdir / f"bench-{tag}", extravars={
+        "bench_min_bytes": 64 * MiB, "bench_max_bytes": 64 * MiB, "bench_iperf3": False,
+        "bench_tcp_links": [], "bench_seconds_per_size": seconds,
+        "bench_results_dir": str(results_dir)})
+    if run.status != "successful":
+        raise SystemExit(f"bench.yml failed:\n{run.stdout[-4000:]}")
+    [results] = results_dir.glob("*/results.json")
+    found = {}
+    for r in json.loads(results.read_text())["allreduce"]:
+        if r["network"] == "thunderbolt" and not r.get("error"):
+            found[r["backend"]] = (r["seconds"][-1], r["median_seconds"][-1])
+            print(f"stock {r['backend']}: {r['seconds'][-1] * 1e3:.0f} ms fastest", flush=True)
+    return found
+
+
+def ours(vc, dtype, backend, rounds):
+    """(fastest, median) of train's average on bridge0: under mpirun with train.yml's flags, or
+    with the ring backend on every host at once (MLX_RANK, bench.yml's ring hostfile)."""
+    for host in vc.hosts:  # each host has its own /tmp: the script goes to every home
+        vc.run(host, "cat >average.py", user=host.user, input=AVERAGE)
+    script = ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds), backend]
+    if backend == "mpi":
+        argv = mpi_filters().mpirun_argv("/usr/bin/mpirun", "mlx-cluster/hostfile", 3, VERSION,
+                                         interface="bridge0", env={"MLX_MPI_LIBNAME": LIBMPI})
+        lines = [f"cd && {shlex.join(argv + script)}"]
+    else:
+        lines = [f"cd && MLX_RANK={rank} MLX_HOSTFILE=mlx-cluster/bench/ring-thunderbolt.json "
+                 f"{shlex.join(script)}" for rank in range(len(vc.hosts))]
+    procs = [subprocess.Popen(as_user(vc, host, line), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+             for host, line in zip(vc.hosts, lines, strict=False)]  # mpirun: one line
+    outs = [(proc, *proc.communicate(timeout=900)) for proc in procs]
+    if any(proc.returncode for proc, _, _ in outs):
+        raise SystemExit(f"train's average ({dtype}, {backend}) failed:\n"
+                         + "\n".join(out + err for _, out, err in outs))
+    times = json.loads(outs[0][1].strip().splitlines()[-1])
+    print(f"train {dtype} {backend}: {min(times) * 1e3:.0f} ms fastest", flush=True)
+    return min(times), statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp, VirtualCluster(
+        hosts=3, extra_vars={"python_env_pip_extra_args": offline_pip_args()},
+    ) as vc:
+        workdir = Path(tmp)
+        workdir.chmod(0o755)
+        setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
+        if setup.status != "successful":
+            raise SystemExit(f"setup.yml failed:\n{setup.stdout[-4000:]}")
+        names = {"mpi": "MLX mpi", "ring": "MLX ring", "mpi4py": "mpi4py"}
+        # Alternate stock and ours twice, so that a slow spell of the machine hits both.
+        rows = {}
+        for n in range(2):
+            for backend, times in stock(vc, workdir, 3.0, n).items():
+                rows.setdefault(f"stock: {backend}", []).append(times)
+            for backend in ("mpi", "ring"):
+                for dtype in ("float32", "bfloat16"):
+                    rows.setdefault(f"train: {dtype} on the wire ({names[backend]})", []).append(
+                        ours(vc, dtype, backend, args.rounds))
+
+    best = {name: (min(t[0] for t in times), statistics.median(t[1] for t in times))
+            for name, times in rows.items()}
+    fastest_stock = min((v for k, v in best.items() if k.startswith("stock")), key=lambda v: v[0])
+    lines = [
+        "# Averaging a 64 MiB gradient on 3 ranks",
+        "",
+        "3 virtual hosts (one rank each) on the shared 2-core machine, over bridge0 (veth, not",
+        "shaped). Stock: bench.yml's float32 all-reduce of one 64 MiB message. Train:",
+        "train.distributed.average_gradients of 16 tensors of 4 MiB in 32 MiB buckets, under",
+        "mpirun with train.yml's flags (MLX mpi) or started on every host with bench.yml's ring",
+        "hostfile (MLX ring, as `-e backend=ring` does). Two alternating passes; fastest round",
+        "over both, median of the passes' medians.",
+        "",
+        f"Command: `sudo .venv/bin/python -m benchmarks.grad_sync --rounds {args.rounds}`",
+        "",
+        "| configuration | fastest ms | median ms | fastest stock / this (fastest) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, (fast, median) in best.items():
+        label = name if not name.startswith("stock") else "stock: " + names.get(
+            name.split(": ")[1], name)
+        lines.append(f"| {label} | {fast * 1e3:.0f} | {median * 1e3:.0f} | "
+                     f"{fastest_stock[0] / fast:.2f}x |")
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text("\n".join(lines) + "\n")
+    print(RESULTS.read_text())
+
+
+if __name__ == "__main__":
+    main()
