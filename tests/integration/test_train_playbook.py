@@ -256,6 +256,7 @@ def test_preflight_names_a_host_with_another_version_of_a_shared_package(cluster
     vc.run(odd, f"{pip} --find-links={older} 'mlx-lm<{installed}'", user=odd.user)
     try:
         run, _ = train(vc, tmp_path, "odd-version", steps=5)
+        check = run_playbook("check.yml", vc.inventory, tmp_path / "check", cmdline="--tags python")
     finally:
         vc.run(odd, f"{pip} --find-links={ensure_wheelhouse()} 'mlx-lm=={installed}'",
                user=odd.user)
@@ -264,3 +265,12 @@ def test_preflight_names_a_host_with_another_version_of_a_shared_package(cluster
     assert re.search(rf"mlx-lm differs between hosts \({odd.name}: [0-9.]+; the others: "
                      rf"{re.escape(installed)}\)", message), message
     assert [e for e in run.task_results() if e.get("task") == START_TASK] == []
+    # check.yml names the same host and package in report.json
+    [facts] = [e["event_data"]["res"]["ansible_facts"] for e in check.events
+               if e.get("event") == "runner_on_ok"
+               and e["event_data"].get("task") == "Collect the rows of every host"]
+    report = json.loads((Path(facts["doctor_run_dir"]) / "report.json").read_text())
+    differs = [r for r in report if r["check"] == "python_env" and not r["ok"]]
+    assert [r["host"] for r in differs] == [odd.name], report
+    assert "+mlx-lm==" in differs[0]["detail"] and f"-mlx-lm=={installed}" in differs[0]["detail"]
+    assert "setup.yml" in differs[0]["fix"]

@@ -31,3 +31,12 @@ def test_an_extra_needs_the_packages_it_adds():
 
 def test_a_requirement_for_another_platform_is_satisfied():
     assert missing('no-such-distribution-here; sys_platform == "win32"') == []
+
+
+def test_an_environment_without_packaging_installs_everything(tmp_path):
+    """A fresh environment (pip only): the script says so by its exit code, no private pip API."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "env"], check=True)
+    done = subprocess.run([tmp_path / "env/bin/python", "-c", SCRIPT.read_text(), "mlx"],
+                          capture_output=True, text=True)
+    assert done.returncode == 1 and "no packaging" in done.stderr, done
+    assert "pip._vendor" not in SCRIPT.read_text()

@@ -3,14 +3,17 @@
 Run with the environment's own Python before pip: when it prints nothing, pip need not
 start at all (pip takes seconds of CPU just to list what is installed). A requirement is
 satisfied when its distribution is installed in a matching version, and so are the
-packages its extras add (mlx[cpu] needs mlx-cpu on Linux).
+packages its extras add (mlx[cpu] needs mlx-cpu on Linux). Exits 1 when the environment has
+no packaging (the lock installs it): then nothing of the lock is there yet.
 """
 
 import sys
 from importlib.metadata import PackageNotFoundError, distribution
 
-# The environment's own pip ships packaging; the environment need not have it.
-from pip._vendor.packaging.requirements import Requirement
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    sys.exit("no packaging in this environment: install every locked package")
 
 
 def satisfied(requirement):
