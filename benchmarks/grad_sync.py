@@ -16,13 +16,11 @@ import json
 import shlex
 import statistics
 import subprocess
-import tempfile
 from pathlib import Path
 
+from benchmarks.cluster import set_up_cluster, write_results
 from benchmarks.launch_overhead import LIBMPI, VERSION, as_user, mpi_filters
 from tools.playbook import run_playbook
-from tools.vcluster import VirtualCluster
-from tools.wheelhouse import offline_pip_args
 
 RESULTS = Path(__file__).parent / "results" / "grad_sync.md"
 MiB = 1 << 20
@@ -91,14 +89,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(dir="/tmp") as tmp, VirtualCluster(
-        hosts=3, extra_vars={"python_env_pip_extra_args": offline_pip_args()},
-    ) as vc:
-        workdir = Path(tmp)
-        workdir.chmod(0o755)
-        setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
-        if setup.status != "successful":
-            raise SystemExit(f"setup.yml failed:\n{setup.stdout[-4000:]}")
+    with set_up_cluster(hosts=3) as (vc, workdir):
         names = {"mpi": "MLX mpi", "ring": "MLX ring", "mpi4py": "mpi4py"}
         # Alternate stock and ours twice, so that a slow spell of the machine hits both.
         rows = {}
@@ -133,9 +124,7 @@ def main():
             name.split(": ")[1], name)
         lines.append(f"| {label} | {fast * 1e3:.0f} | {median * 1e3:.0f} | "
                      f"{fastest_stock[0] / fast:.2f}x |")
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text("\n".join(lines) + "\n")
-    print(RESULTS.read_text())
+    write_results(RESULTS, lines)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,12 @@ import importlib.util
 import os
 import shlex
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-from tools.playbook import ROOT, run_playbook
-from tools.vcluster import VirtualCluster
-from tools.wheelhouse import offline_pip_args
+from benchmarks.cluster import set_up_cluster, write_results
+from tools.playbook import ROOT
 
 RESULTS = Path(__file__).parent / "results" / "launch_overhead.md"
 LIBMPI = "/usr/lib/x86_64-linux-gnu/libmpi.so.40"  # Debian's Open MPI 4.1 (the apt install)
@@ -132,15 +130,7 @@ def main():
     parser.add_argument("--mb", type=float, default=8, help="gradient size in MB")
     parser.add_argument("--rounds", type=int, default=20, help="all_sums to time")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(dir="/tmp") as tmp, VirtualCluster(
-        hosts=2, shape="bridge0=10gbit,en0=1gbit",
-        extra_vars={"python_env_pip_extra_args": offline_pip_args()},
-    ) as vc:
-        workdir = Path(tmp)
-        workdir.chmod(0o755)
-        setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
-        if setup.status != "successful":
-            raise SystemExit(f"setup.yml failed:\n{setup.stdout[-4000:]}")
+    with set_up_cluster(hosts=2, shape="bridge0=10gbit,en0=1gbit") as (vc, workdir):
         links = {name: allreduce_seconds(vc, workdir, iface, args.mb, args.rounds)
                  for name, iface in (("bridge0 (10 Gbit/s)", "bridge0"),
                                      ("en0 (1 Gbit/s)", "en0"), ("no flags", None))}
@@ -172,9 +162,7 @@ def main():
         "train.yml includes fact gathering and the preflight checks (ssh from the launch host,",
         "Open MPI and train/ hashes on every host) before it starts mpirun.",
     ]
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text("\n".join(lines) + "\n")
-    print(RESULTS.read_text())
+    write_results(RESULTS, lines)
 
 
 if __name__ == "__main__":

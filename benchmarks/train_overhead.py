@@ -15,13 +15,11 @@ import os
 import re
 import statistics
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
-from tools.playbook import ROOT, run_playbook
-from tools.vcluster import VirtualCluster
-from tools.wheelhouse import offline_pip_args
+from benchmarks.cluster import set_up_cluster, write_results
+from tools.playbook import ROOT
 
 RESULTS = Path(__file__).parent / "results" / "train_overhead.md"
 # The first task of each phase, in play order (profile_tasks' recap in execution order).
@@ -94,14 +92,7 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     walls, raws, breakdowns = [], [], []
-    with tempfile.TemporaryDirectory(dir="/tmp") as tmp, VirtualCluster(
-        hosts=3, slots=[1, 2, 1], extra_vars={"python_env_pip_extra_args": offline_pip_args()},
-    ) as vc:
-        workdir = Path(tmp)
-        workdir.chmod(0o755)
-        setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
-        if setup.status != "successful":
-            raise SystemExit(f"setup.yml failed:\n{setup.stdout[-4000:]}")
+    with set_up_cluster(hosts=3, slots=[1, 2, 1]) as (vc, workdir):
         train_yml(vc, workdir, "warm-up", args.steps)  # first-run costs: supervisor copy, caches
         for n in range(args.rounds):
             wall, phase = train_yml(vc, workdir, f"bench-{n}", args.steps)
@@ -137,9 +128,7 @@ def main():
         "",
         "The follow phase is the job itself plus up to one poll interval (0.5 s) after it ends.",
     ]
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text("\n".join(lines) + "\n")
-    print(RESULTS.read_text())
+    write_results(RESULTS, lines)
 
 
 if __name__ == "__main__":
