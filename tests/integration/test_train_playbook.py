@@ -221,6 +221,22 @@ def test_ring_backend_completes_and_reports_a_killed_rank(cluster, tmp_path):
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
+def test_mlx_launch_runs_with_the_hosts_json_setup_rendered(cluster):
+    """MLX's own launcher, given our hosts.json and nothing else (the backend is the file's),
+    starts a rank per slot over ssh and they all_sum across the hosts."""
+    vc = cluster
+    host = vc.hosts[0]
+    program = ("import sys, mlx.core as mx; g = mx.distributed.init(strict=True); "
+               "total = mx.distributed.all_sum(mx.array(1.0)).item(); "
+               "sys.stdout.write(f'sum {g.size()} {total}\\n')")
+    env = f"{host.home}/mlx-cluster/venv"  # the same path on every host
+    done = vc.run(host, [f"{env}/bin/mlx.launch", "--hostfile", "mlx-cluster/hosts.json", "--",
+                         f"{env}/bin/python", "-c", program], user=host.user, check=False,
+                  timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines().count("sum 4 4.0") == 4, done.stdout
+
+
 def test_data_on_the_controller_is_copied_to_every_host(cluster, tmp_path):
     vc = cluster
     corpus = tmp_path / "corpus.txt"

@@ -33,11 +33,16 @@ def test_hostfile_out_of_order_is_a_problem():
 
 
 def test_hosts_json_problems():
-    expected = [{"ssh": "198.19.1.2", "ips": ["198.19.1.2"]}]
+    entries = [{"ssh": "198.19.1.2", "ips": ["198.19.1.2"]}]
+    expected = {"backend": "ring", "envs": [], "hosts": entries}
     assert check.hosts_json_problems(json.dumps(expected), expected) == []
     assert "not valid JSON" in check.hosts_json_problems("[", expected)[0]
-    assert "ssh entries" in check.hosts_json_problems('[{"ssh": "x", "ips": []}]',
-                                                              expected)[0]
+    wrong_host = {**expected, "hosts": [{"ssh": "x", "ips": []}]}
+    assert "ssh entries" in check.hosts_json_problems(json.dumps(wrong_host), expected)[0]
+    assert "backend" in check.hosts_json_problems(json.dumps({**expected, "backend": "mpi"}),
+                                                  expected)[0]
+    # what setup rendered before MLX's format: re-rendered by setup.yml
+    assert "list of hosts" in check.hosts_json_problems(json.dumps(entries), expected)[0]
 
 
 def test_launch_preflight_words_for_a_stale_hostfile():

@@ -252,7 +252,7 @@ def test_prefix_to_netmask(prefix, netmask):
     assert inv.prefix_to_netmask(prefix) == netmask
 
 
-# --- mlx_hostfile_entries, hostname_count_errors -----------------------------------------------
+# --- mlx_hostfile, hostname_count_errors -----------------------------------------------
 
 
 def test_mlx_entries_repeat_hosts_per_slot_and_skip_zero_slots():
@@ -262,7 +262,7 @@ def test_mlx_entries_repeat_hosts_per_slot_and_skip_zero_slots():
         ),
         ["mac1", "mac2", "mac3"],
     )
-    assert inv.mlx_hostfile_entries(hosts) == [
+    assert inv.mlx_hostfile(hosts)["hosts"] == [
         {"ssh": "198.19.0.1", "ips": ["198.19.0.1"]},
         {"ssh": "198.19.0.1", "ips": ["198.19.0.1"]},
         {"ssh": "198.19.0.3", "ips": ["198.19.0.3"]},
@@ -271,16 +271,22 @@ def test_mlx_entries_repeat_hosts_per_slot_and_skip_zero_slots():
 
 def test_mlx_entries_without_an_ip_have_empty_ips():
     hosts = inv.cluster_hosts({"a": {"ansible_host": "a.local"}, "b": {}}, ["a", "b"])
-    assert inv.mlx_hostfile_entries(hosts) == [
+    assert inv.mlx_hostfile(hosts)["hosts"] == [
         {"ssh": "a.local", "ips": []},
         {"ssh": "b", "ips": []},
     ]
 
 
+def test_mlx_hostfile_is_mlx_launchs_own_format():
+    hosts = inv.cluster_hosts({"a": {"ansible_host": "a.local"}, "b": {}}, ["a", "b"])
+    hostfile = inv.mlx_hostfile(hosts)
+    assert hostfile == {"backend": "ring", "envs": [], "hosts": hostfile["hosts"]}
+
+
 def test_mlx_entries_of_a_single_host_use_loopback():
     hostvars = {"localhost": {"mpi_slots": 2}, "off": {"mpi_slots": 0}}
     hosts = inv.cluster_hosts(hostvars, ["off", "localhost"])
-    assert inv.mlx_hostfile_entries(hosts) == [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2
+    assert inv.mlx_hostfile(hosts)["hosts"] == [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2
 
 
 def _ranked(*specs):

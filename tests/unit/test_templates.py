@@ -55,7 +55,8 @@ def test_hostfile_without_thunderbolt_uses_ansible_host():
 
 def test_hosts_json_one_entry_per_rank():
     data = json.loads(render("hosts.json.j2", FOUR_MACS))
-    assert data == [
+    assert data["backend"] == "ring" and data["envs"] == []
+    assert data["hosts"] == [
         {"ssh": "198.19.0.1", "ips": ["198.19.0.1"]},
         {"ssh": "198.19.0.1", "ips": ["198.19.0.1"]},
         {"ssh": "198.19.0.2", "ips": ["198.19.0.2"]},
@@ -64,11 +65,13 @@ def test_hosts_json_one_entry_per_rank():
 
 
 def test_mlx_launch_reads_hosts_json(tmp_path):
-    """The real mlx.launch parser accepts the file and sees the same hosts and ranks."""
+    """The real mlx.launch parser accepts the file and sees the same hosts, ranks and backend."""
     common = pytest.importorskip("mlx._distributed_utils.common")
     path = tmp_path / "hosts.json"
     path.write_text(render("hosts.json.j2", FOUR_MACS))
-    hosts = common.Hostfile.from_file(path).hosts
+    hostfile = common.Hostfile.from_file(path)
+    assert hostfile.backend == "ring"
+    hosts = hostfile.hosts
     assert [(h.rank, h.ssh_hostname, h.ips) for h in hosts] == [
         (0, "198.19.0.1", ["198.19.0.1"]),
         (1, "198.19.0.1", ["198.19.0.1"]),
@@ -79,7 +82,7 @@ def test_mlx_launch_reads_hosts_json(tmp_path):
 
 def test_hosts_json_of_the_default_inventory_runs_locally():
     data = json.loads(render("hosts.json.j2", {"localhost": {"mpi_slots": 2}}))
-    assert data == [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2
+    assert data["hosts"] == [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2
 
 
 def test_mlx_launch_runs_two_ranks_from_the_default_hosts_json(tmp_path):
@@ -95,7 +98,7 @@ def test_mlx_launch_runs_two_ranks_from_the_default_hosts_json(tmp_path):
     )
     bindir = Path(sys.executable).parent
     result = subprocess.run(
-        [bindir / "mlx.launch", "--hostfile", path, "--backend", "ring", "--",
+        [bindir / "mlx.launch", "--hostfile", path, "--",  # the backend is the file's
          sys.executable, "-c", program],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip

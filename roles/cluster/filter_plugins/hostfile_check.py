@@ -43,19 +43,21 @@ def hostfile_problems(text, hosts):
     return problems
 
 
-def hosts_json_problems(text, expected_entries):
-    """What differs between hosts.json and mlx_hostfile_entries(cluster_hosts)."""
+def hosts_json_problems(text, expected):
+    """What differs between hosts.json and mlx_hostfile(cluster_hosts)."""
     try:
         found = json.loads(text)
     except ValueError as err:
         return [f"not valid JSON: {err}"]
-    if found == expected_entries:
+    if found == expected:
         return []
-    got = [e.get("ssh") if isinstance(e, dict) else e for e in found or []]
-    want = [e["ssh"] for e in expected_entries]
+    if not isinstance(found, dict):
+        return ["a list of hosts, not MLX's {backend, envs, hosts} format"]
+    got = [e.get("ssh") if isinstance(e, dict) else e for e in found.get("hosts") or []]
+    want = [e["ssh"] for e in expected["hosts"]]
     if got != want:
         return [f"ssh entries {got}, inventory gives {want}"]
-    return ["ips differ: " + json.dumps(found) + " vs " + json.dumps(expected_entries)]
+    return ["differs: " + json.dumps(found) + " vs " + json.dumps(expected)]
 
 
 class FilterModule:

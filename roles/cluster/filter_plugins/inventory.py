@@ -76,8 +76,10 @@ def prefix_to_netmask(prefix):
     return str(ipaddress.IPv4Network(f"0.0.0.0/{int(prefix)}").netmask)
 
 
-def mlx_hostfile_entries(hosts):
-    """mlx.launch's JSON hostfile: one {"ssh", "ips"} entry per rank.
+def mlx_hostfile(hosts, backend="ring"):
+    """mlx.launch's JSON hostfile in MLX's own format: {"backend", "envs", "hosts"}, with one
+    {"ssh", "ips"} host entry per rank, so `mlx.launch --hostfile hosts.json -- ...` starts the
+    job train.yml would start (-e backend=ring) without another flag.
 
     mlx.launch has no slots field; like its own --repeat-hosts it repeats a host once per rank
     (the mpi backend counts the repeats into slots, the ring backend gives each its own port).
@@ -86,12 +88,11 @@ def mlx_hostfile_entries(hosts):
     """
     ranked = [h for h in hosts if h["slots"] > 0]
     if len(ranked) == 1:
-        return [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * ranked[0]["slots"]
-    return [
-        {"ssh": h["mpi_address"], "ips": [h["ip"]] if h["ip"] else []}
-        for h in ranked
-        for _ in range(h["slots"])
-    ]
+        entries = [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * ranked[0]["slots"]
+    else:
+        entries = [{"ssh": h["mpi_address"], "ips": [h["ip"]] if h["ip"] else []}
+                   for h in ranked for _ in range(h["slots"])]
+    return {"backend": backend, "envs": [], "hosts": entries}
 
 
 def _check_prefix(prefix):
@@ -465,6 +466,6 @@ class FilterModule:
             "cluster_inventory_errors": cluster_inventory_errors,
             "hostname_count_errors": hostname_count_errors,
             "launch_host": launch_host,
-            "mlx_hostfile_entries": mlx_hostfile_entries,
+            "mlx_hostfile": mlx_hostfile,
             "prefix_to_netmask": prefix_to_netmask,
         }
