@@ -10,6 +10,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,37 @@ def test_rank_program_really_runs_in_each_hosts_home(tmp_path):
         assert lines[1:] == ["-m", "train", "--out", f"{home}/mlx-cluster/runs/r-x", *args]
         for private in (home / "mlx-cluster" / "runs", log.parent, log):
             assert private.stat().st_mode & 0o077 == 0, private
+
+
+def test_on_macos_each_rank_keeps_its_mac_awake_while_it_runs(tmp_path):
+    """Where caffeinate exists (macOS) it is started beside the rank, waiting for the rank's
+    own pid (the shell's, kept by exec); the rank stays the launcher's child, exit status and
+    all. Without it (Linux) nothing else starts. caffeinate here is a stand-in that records how
+    it was called: the real one is macOS-only."""
+    plan = layout.cluster_layout([info("a", str(tmp_path))])
+    program = launch.launch_rank_program(plan, "runs/awake")
+    python = tmp_path / "mlx-cluster" / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\necho $$ >pid; sleep 0.5; exit 3\n")
+    python.chmod(0o755)
+    tools = tmp_path / "macos-bin"
+    tools.mkdir()
+    (tools / "caffeinate").write_text(f"#!/bin/sh\necho \"$@\" >{tmp_path}/caffeinate.args\n")
+    (tools / "caffeinate").chmod(0o755)
+    env = {"HOME": str(tmp_path), "OMPI_COMM_WORLD_RANK": "0"}
+
+    linux = subprocess.run(program, env={**env, "PATH": "/usr/bin:/bin"})
+    assert linux.returncode == 3 and not (tmp_path / "caffeinate.args").exists()
+
+    macos = subprocess.run(program, env={**env, "PATH": f"{tools}:/usr/bin:/bin"})
+    assert macos.returncode == 3  # the rank's own status reaches the launcher
+    rank_pid = (tmp_path / "mlx-cluster" / "pid").read_text().strip()
+    called = tmp_path / "caffeinate.args"
+    for _ in range(100):  # it runs in the background: give a loaded machine time
+        if called.exists() and called.read_text():
+            break
+        time.sleep(0.1)
+    assert called.read_text().split() == ["-i", "-s", "-w", rank_pid]
 
 
 def test_command_sh_is_the_same_argv_for_the_shell():

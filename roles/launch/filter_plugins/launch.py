@@ -317,11 +317,16 @@ def launch_rank_program(layout, run_rel):
     the launcher's environment; "$@" keeps the train arguments exactly as given. The absolute
     --out lets the supervisor find the job's processes by that path and nothing else; umask 077
     keeps what the job writes (runs/, logs, checkpoints) private to the user on every host.
+    On macOS `caffeinate -i -s -w <pid>` keeps the Mac awake (no idle or system sleep, the
+    display may sleep) exactly as long as the rank runs; beside it, not in front of it, so the
+    launcher still sees the rank's own exit status and signals.
     """
     run = shlex.quote(run_rel)
     script = (
         f"umask 077 && cd {layout['work_dir']} && mkdir -p {run}/logs && "
         "export PYTHONUNBUFFERED=1 && "
+        "if command -v caffeinate >/dev/null; then "
+        "caffeinate -i -s -w $$ </dev/null >/dev/null 2>&1 & fi && "
         f"exec {layout['python']} -m train --out \"$PWD\"/{run} \"$@\" "
         f">{run}/logs/rank.{RANK_VARIABLE}.log 2>&1"
     )
