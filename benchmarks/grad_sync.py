@@ -1,14 +1,16 @@
 """Averaging a 64 MiB gradient on 3 ranks: train's average (float32 and bfloat16 on the wire)
 against the stock all-reduces (mpi4py, MLX mpi, MLX ring), all in one run.
 
-    sudo .venv/bin/python -m benchmarks.grad_sync [--rounds 10]
+    sudo .venv/bin/python -m benchmarks.grad_sync [--rounds 10] [--rate 1gbit]
 
 A 3-host virtual cluster (one rank each) is set up with setup.yml; bench.yml times the stock
 all-reduces of a 64 MiB float32 message over the Thunderbolt network (bridge0); then
 train.distributed.average_gradients averages a 64 MiB gradient tree (16 tensors of 4 MiB, MLX's
 32 MiB buckets) under mpirun with train.yml's flags (MLX mpi) and with the ring backend on every
-host (MLX ring). Fastest and median round of each.
-Writes benchmarks/results/grad_sync.md.
+host (MLX ring). Fastest and median round of each. With --rate, bridge0 is shaped to that rate
+(tc tbf), so that the link, not this machine's 2 cores, bounds the transfer, as a Thunderbolt
+cable between Macs with far faster CPUs does.
+Writes benchmarks/results/grad_sync.md (grad_sync-<rate>.md with --rate).
 """
 
 import argparse
@@ -88,8 +90,10 @@ def ours(vc, dtype, backend, rounds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rate", help="shape bridge0 to this tc rate, e.g. 1gbit")
     args = parser.parse_args()
-    with set_up_cluster(hosts=3) as (vc, workdir):
+    shape = f"bridge0={args.rate}" if args.rate else None
+    with set_up_cluster(hosts=3, shape=shape) as (vc, workdir):
         names = {"mpi": "MLX mpi", "ring": "MLX ring", "mpi4py": "mpi4py"}
         # Alternate stock and ours twice, so that a slow spell of the machine hits both.
         rows = {}
@@ -107,14 +111,16 @@ def main():
     lines = [
         "# Averaging a 64 MiB gradient on 3 ranks",
         "",
-        "3 virtual hosts (one rank each) on the shared 2-core machine, over bridge0 (veth, not",
-        "shaped). Stock: bench.yml's float32 all-reduce of one 64 MiB message. Train:",
+        "3 virtual hosts (one rank each) on the shared 2-core machine, over bridge0 (veth, "
+        + (f"shaped to {args.rate} with tc tbf)." if args.rate else "not shaped)."),
+        "Stock: bench.yml's float32 all-reduce of one 64 MiB message. Train:",
         "train.distributed.average_gradients of 16 tensors of 4 MiB in 32 MiB buckets, under",
         "mpirun with train.yml's flags (MLX mpi) or started on every host with bench.yml's ring",
         "hostfile (MLX ring, as `-e backend=ring` does). Two alternating passes; fastest round",
         "over both, median of the passes' medians.",
         "",
-        f"Command: `sudo .venv/bin/python -m benchmarks.grad_sync --rounds {args.rounds}`",
+        f"Command: `sudo .venv/bin/python -m benchmarks.grad_sync --rounds {args.rounds}"
+        + (f" --rate {args.rate}`" if args.rate else "`"),
         "",
         "| configuration | fastest ms | median ms | fastest stock / this (fastest) |",
         "|---|---:|---:|---:|",
@@ -124,7 +130,7 @@ def main():
             name.split(": ")[1], name)
         lines.append(f"| {label} | {fast * 1e3:.0f} | {median * 1e3:.0f} | "
                      f"{fastest_stock[0] / fast:.2f}x |")
-    write_results(RESULTS, lines)
+    write_results(RESULTS.with_stem(f"grad_sync-{args.rate}") if args.rate else RESULTS, lines)
 
 
 if __name__ == "__main__":
