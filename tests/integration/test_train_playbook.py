@@ -290,3 +290,22 @@ def test_preflight_names_a_host_with_another_version_of_a_shared_package(cluster
     assert [r["host"] for r in differs] == [odd.name], report
     assert "+mlx-lm==" in differs[0]["detail"] and f"-mlx-lm=={installed}" in differs[0]["detail"]
     assert "setup.yml" in differs[0]["fix"]
+
+
+def test_preflight_names_a_host_whose_train_package_differs(cluster, tmp_path):
+    """A file of train/ edited on one host only: the job is not started, and the message names
+    that host and file (the host's checksums, taken beside preflight's other probes, against the
+    controller's)."""
+    vc = cluster
+    odd = vc.hosts[1]
+    loop = "mlx-cluster/src/train/loop.py"
+    vc.run(odd, f"cp {loop} {loop}.orig && echo '# edited here' >> {loop}", user=odd.user)
+    try:
+        run, _ = train(vc, tmp_path, "edited", steps=5)
+    finally:
+        vc.run(odd, f"mv {loop}.orig {loop}", user=odd.user)
+    assert run.status == "failed"
+    message = failure_message(run)
+    assert f"train/ package on {odd.name} differs" in message, message
+    assert f"{odd.name}: loop.py modified" in message, message
+    assert [e for e in run.task_results() if e.get("task") == START_TASK] == []

@@ -33,3 +33,14 @@ def test_gist_falls_back_to_stdout_and_last_lines_skip_banners():
     result = read({"rc": 1, "stderr": "", "stdout": "starting\nboom\n-----\n"})
     assert result["gist"] == "boom" and result["stdout_last"] == "boom"
     assert read(None)["gist"] == ""
+
+
+def test_probe_results_by_name_and_their_json():
+    probes = load("roles/cluster/filter_plugins/command_result.py")
+    results = [{"item": "versions", "rc": 0, "stdout": '{"python": "3.11.7"}'},
+               {"item": "train_tree", "rc": 1, "stdout": ""},
+               {"item": {"name": "m2"}, "rc": 0, "stdout": "m2"}]  # an ssh login, by host
+    by_name = probes.results_by_item(results)
+    assert sorted(by_name) == ["train_tree", "versions"]
+    assert probes.json_result(by_name["versions"]) == {"python": "3.11.7"}
+    assert probes.json_result(by_name["train_tree"]) is None

@@ -76,3 +76,21 @@ def test_mismatch_names_every_host_and_version():
 
 def test_minor_versions_differ_is_a_mismatch():
     assert openmpi.openmpi_version_mismatch({"a": "5.0.8", "b": "5.1.0"}) != ""
+
+
+def test_the_probe_reads_version_and_libmpi_on_linux_and_the_homebrew_dylib_on_macos():
+    linux = openmpi.openmpi_probe_commands("/usr/bin", "Linux")
+    assert [c["argv"] for c in linux] == [["/usr/bin/mpirun", "--version"],
+                                          ["ldd", "/usr/bin/ompi_info"]]
+    results = {"mpirun_version": {"rc": 0, "stdout": "mpirun (Open MPI) 4.1.4\n"},
+               "ompi_info_ldd": {"rc": 0, "stdout": DEBIAN_LDD}}
+    assert openmpi.openmpi_found(results, "/usr/bin", "Linux") == {
+        "mpirun_path": "/usr/bin/mpirun", "prefix": "/usr", "version": "4.1.4",
+        "libmpi_path": "/lib/x86_64-linux-gnu/libmpi.so.40"}
+
+    mac = openmpi.openmpi_probe_commands("/opt/homebrew/bin", "Darwin")
+    assert [c["item"] for c in mac] == ["mpirun_version"]
+    said = {"mpirun_version": {"rc": 0, "stdout": "mpirun (Open MPI) 5.0.8"}}
+    found = openmpi.openmpi_found(said, "/opt/homebrew/bin", "Darwin")
+    assert found["libmpi_path"] == "/opt/homebrew/lib/libmpi.40.dylib"
+    assert found["version"] == "5.0.8"

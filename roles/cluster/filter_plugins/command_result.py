@@ -5,6 +5,8 @@ check.yml (doctor rows) and bench.yml (failed runs) both read command results th
 tests/unit/test_command_result.py.
 """
 
+import json
+
 
 def command_timed_out(result):
     """True when an async-bounded task or a concurrent_commands command hit its time limit."""
@@ -49,6 +51,18 @@ def command_result(result):
     return result
 
 
+def results_by_item(results):
+    """{item: result} of a concurrent_commands run whose items are names (a probe per name)."""
+    return {result["item"]: result for result in results if isinstance(result.get("item"), str)}
+
+
+def json_result(result):
+    """What a probe printed as JSON (versions.py, tree_checksums.py), None when it failed."""
+    result = result or {}
+    return json.loads(result["stdout"]) if result.get("rc") == 0 else None
+
+
 class FilterModule:
     def filters(self):
-        return {"command_result": command_result}
+        return {"command_result": command_result, "results_by_item": results_by_item,
+                "json_result": json_result}

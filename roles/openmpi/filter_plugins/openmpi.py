@@ -44,6 +44,29 @@ def openmpi_ldd_library(ldd_output, soname_prefix="libmpi.so"):
     raise AnsibleFilterError(f"ldd does not show where {soname_prefix}* is loaded from")
 
 
+def openmpi_probe_commands(bindir, system):
+    """concurrent_commands that tell which Open MPI a host runs: mpirun's version and, on Linux,
+    the libmpi Open MPI's programs load (ompi_info links it; Debian keeps it under a multiarch
+    directory, pip under the venv's lib/)."""
+    commands = [{"item": "mpirun_version", "argv": [f"{bindir}/mpirun", "--version"]}]
+    if system == "Linux":
+        commands.append({"item": "ompi_info_ldd", "argv": ["ldd", f"{bindir}/ompi_info"]})
+    return commands
+
+
+def openmpi_found(results, bindir, system):
+    """{mpirun_path, prefix, version, libmpi_path} from the openmpi_probe_commands results
+    ({item: result}). Homebrew links the dylib into its prefix; on Linux we trust the loader."""
+    prefix = posixpath.dirname(bindir)
+    return {
+        "mpirun_path": f"{bindir}/mpirun",
+        "prefix": prefix,
+        "version": openmpi_parse_version(results["mpirun_version"]["stdout"]),
+        "libmpi_path": (f"{prefix}/lib/libmpi.40.dylib" if system == "Darwin"
+                        else openmpi_ldd_library(results["ompi_info_ldd"]["stdout"])),
+    }
+
+
 def _major_minor(version):
     return ".".join(str(version).split(".")[:2])
 
@@ -68,5 +91,7 @@ class FilterModule:
             "homebrew_prefix": homebrew_prefix,
             "openmpi_parse_version": openmpi_parse_version,
             "openmpi_ldd_library": openmpi_ldd_library,
+            "openmpi_probe_commands": openmpi_probe_commands,
+            "openmpi_found": openmpi_found,
             "openmpi_version_mismatch": openmpi_version_mismatch,
         }
