@@ -35,3 +35,7 @@ def test_the_host_side_checksums_read_as_find_does(tmp_path):
     missing = subprocess.run([sys.executable, script, str(tmp_path / "none")], check=True,
                              capture_output=True, text=True).stdout
     assert json.loads(missing) == []
+    one = subprocess.run([sys.executable, script, str(tmp_path / "pkg" / "loop.py")], check=True,
+                         capture_output=True, text=True).stdout
+    assert [entry["checksum"] for entry in json.loads(one)] == [
+        hashlib.sha1(b"x = 1\n").hexdigest()]  # noqa: S324
