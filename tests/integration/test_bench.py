@@ -1,6 +1,7 @@
 """bench.yml on a 2-host virtual cluster whose Thunderbolt link is shaped to 10 Gbit/s and the
 management link to 1 Gbit/s: the saved results show Thunderbolt faster, for iperf3 and for
-every all-reduce backend, and recommend it."""
+every all-reduce backend and wire dtype, and recommend it; on the slow link a gradient sent as
+bfloat16 is faster than as float32."""
 
 import json
 from pathlib import Path
@@ -35,15 +36,24 @@ def test_bench_shows_thunderbolt_faster_than_management(vcluster, tmp_path):
     assert iperf["thunderbolt"] > 3 * iperf["management"], iperf
     assert 0.5 < iperf["management"] < 1.1, iperf  # the 1 Gbit/s shaping holds
 
-    runs = {(r["backend"], r["links"], r["network"]): r for r in results["allreduce"]}
+    runs = {(r["backend"], r["links"], r["dtype"], r["network"]): r for r in results["allreduce"]}
     assert [r for r in runs.values() if r.get("error")] == []
-    for backend, links in (("mpi", 1), ("mpi", 4), ("ring", 1), ("mpi4py", 1)):
-        tb, mgmt = runs[(backend, links, "thunderbolt")], runs[(backend, links, "management")]
+    for backend, links, dtype in (("mpi", 1, "float32"), ("mpi", 4, "float32"),
+                                  ("ring", 1, "float32"), ("mpi4py", 1, "float32"),
+                                  ("mpi", 1, "bfloat16"), ("ring", 1, "bfloat16")):
+        tb = runs[(backend, links, dtype, "thunderbolt")]
+        mgmt = runs[(backend, links, dtype, "management")]
         assert tb["sizes"][-1] == mgmt["sizes"][-1] == 4 * MiB
         assert tb["seconds"][-1] < mgmt["seconds"][-1], (backend, links, tb, mgmt)
+    # On the 1 Gbit/s link the gradient sent as bfloat16 (half the bytes) is faster.
+    for backend in ("mpi", "ring"):
+        fp32 = runs[(backend, 1, "float32", "management")]["seconds"][-1]
+        bf16 = runs[(backend, 1, "bfloat16", "management")]["seconds"][-1]
+        assert bf16 < 0.8 * fp32, (backend, fp32, bf16)
 
     assert results["recommendation"]["network"] == "thunderbolt"
     table = Path(run_dir, "results.md").read_text()
     assert "| thunderbolt |" in table and "network: **thunderbolt**" in table
     assert Path(run_dir, "allreduce.png").read_bytes()[:4] == b"\x89PNG"
-    assert "backend:" in Path(run_dir, "recommended.yml").read_text()
+    recommended = Path(run_dir, "recommended.yml").read_text()
+    assert "backend:" in recommended and "grad_dtype:" in recommended

@@ -57,9 +57,13 @@ def test_sizes():
 
 def test_mpirun_variants_and_ring_hostfile():
     assert bench.bench_mpirun_variants(["mpi", "ring", "mpi4py"], [4, 1]) == [
-        {"backend": "mpi4py", "links": 1}, {"backend": "mpi", "links": 1},
-        {"backend": "mpi", "links": 4}]
-    assert bench.bench_mpirun_variants(["ring"], [4]) == []
+        {"backend": "mpi4py", "links": 1, "dtype": "float32"},
+        {"backend": "mpi", "links": 1, "dtype": "float32"},
+        {"backend": "mpi", "links": 4, "dtype": "float32"}]
+    both = bench.bench_mpirun_variants(["mpi", "mpi4py"], [], ["float32", "bfloat16"])
+    assert [(v["backend"], v["dtype"]) for v in both] == [
+        ("mpi4py", "float32"), ("mpi", "float32"), ("mpi", "bfloat16")]
+    assert bench.bench_mpirun_variants(["ring"], [4], ["float32", "bfloat16"]) == []
     assert bench.bench_ring_hostfile(["198.19.1.11", "198.19.1.12"], 5670) == [
         ["198.19.1.11:5670"], ["198.19.1.12:5670"]]
 
@@ -72,7 +76,7 @@ def test_parse_run_reads_the_json_line():
                        "median_seconds": [2e-4], "rounds": [9]})
     entry = bench.bench_parse_run(read({"rc": 0, "stdout": f"noise\n{line}\n"}), NET, "mpi", 4)
     assert entry == {"network": "thunderbolt", "interface": "bridge0", "backend": "mpi",
-                     "links": 4, "ranks": 2, "sizes": [4096], "seconds": [1e-4],
+                     "links": 4, "dtype": "float32", "ranks": 2, "sizes": [4096], "seconds": [1e-4],
                      "median_seconds": [2e-4], "rounds": [9]}
 
 
@@ -117,7 +121,23 @@ def test_recommend_picks_the_fastest_mlx_configuration_at_the_largest_size():
     assert rec["bucket_bytes"] == MiB
     assert bench.bench_launch_vars(rec) == {
         "backend": "mpi", "mpi_extra_args": ["--mca", "btl_tcp_links", "4"],
-        "grad_bucket_bytes": MiB}
+        "grad_bucket_bytes": MiB, "grad_dtype": "float32"}
+
+
+def test_recommend_sends_bfloat16_only_when_the_winner_was_clearly_faster_so():
+    fp32 = run("thunderbolt", "ring", [1e-4, 3e-4, 2e-3, 30e-3])
+    bf16 = {**run("thunderbolt", "ring", [1e-4, 2e-4, 1e-3, 15e-3]), "dtype": "bfloat16"}
+    other = {**run("thunderbolt", "mpi", [1e-4, 2e-4, 1e-3, 10e-3]), "dtype": "bfloat16"}
+    rec = bench.bench_recommend([fp32, bf16, other])
+    # bfloat16 rows never pick the configuration; they only decide how its gradients travel.
+    assert (rec["backend"], rec["grad_dtype"]) == ("ring", "bfloat16"), rec
+    assert "sent as bfloat16 the same gradient took 15.00 ms" in rec["why"]
+    assert bench.bench_launch_vars(rec)["grad_dtype"] == "bfloat16"
+    bf16["median_seconds"] = [1e-4, 2e-4, 1e-3, 28e-3]  # once faster, not every round
+    assert bench.bench_recommend([fp32, bf16])["grad_dtype"] == "float32"
+    md = bench.bench_markdown([fp32, bf16], [], rec)
+    assert "| MLX ring bfloat16 @ thunderbolt (bridge0) |" in md
+    assert "gradients on the wire: **bfloat16**" in md
 
 
 def test_recommend_drops_extra_tcp_links_that_do_not_help():

@@ -1,8 +1,11 @@
-"""All-reduce (sum of float32) time per message size, with MLX's mpi or ring backend or mpi4py.
+"""All-reduce (sum) time per gradient size, with MLX's mpi or ring backend or mpi4py.
+
+A size is a float32 gradient's bytes; with --dtype bfloat16 (MLX backends) the same gradient
+travels in bfloat16, half the bytes, as train.yml's grad_dtype=bfloat16 sends it.
 
 Start it like training: under mpirun (mpi, mpi4py), or once per host with MLX_RANK and
 MLX_HOSTFILE set (ring). Rank 0 prints one JSON line:
-{"backend", "ranks", "sizes": [bytes], "seconds": [fastest all-reduce per size],
+{"backend", "dtype", "ranks", "sizes": [bytes], "seconds": [fastest all-reduce per size],
  "median_seconds": [median round per size], "rounds": [rounds per size]}.
 The fastest round is what the links and backend can do (other load on a host only ever adds
 time); the median is what a training step usually sees. A configuration is only clearly faster
@@ -34,16 +37,16 @@ class Mpi4py:
 
 
 class Mlx:
-    def __init__(self, backend):
+    def __init__(self, backend, dtype):
         import mlx.core as mx
 
-        self.mx = mx
+        self.mx, self.dtype = mx, getattr(mx, dtype)
         self.group = mx.distributed.init(strict=True, backend=backend)
         self.rank, self.size = self.group.rank(), self.group.size()
 
     def operation(self, nbytes):
         mx = self.mx
-        x = mx.ones((nbytes // 4,), dtype=mx.float32)
+        x = mx.ones((nbytes // 4,), dtype=self.dtype)
         mx.eval(x)
         return lambda: mx.eval(mx.distributed.all_sum(x, group=self.group))
 
@@ -70,17 +73,23 @@ def measure(comm, nbytes, seconds, max_rounds):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", choices=["mpi", "ring", "mpi4py"], required=True)
-    parser.add_argument("--sizes", type=int, nargs="+", required=True, help="message bytes")
+    parser.add_argument("--sizes", type=int, nargs="+", required=True,
+                        help="gradient bytes in float32")
+    parser.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32",
+                        help="what the gradient travels as (bfloat16: MLX backends)")
     parser.add_argument("--seconds", type=float, default=0.5, help="time budget per size")
     parser.add_argument("--max-rounds", type=int, default=50)
     args = parser.parse_args()
+    if args.backend == "mpi4py" and args.dtype != "float32":
+        parser.error("mpi4py sums float32 only")
 
-    comm = Mpi4py() if args.backend == "mpi4py" else Mlx(args.backend)
+    comm = Mpi4py() if args.backend == "mpi4py" else Mlx(args.backend, args.dtype)
     fastest, median, rounds = zip(*(measure(comm, n, args.seconds, args.max_rounds)
                                     for n in args.sizes), strict=True)
     if comm.rank == 0:
-        print(json.dumps({"backend": args.backend, "ranks": comm.size, "sizes": args.sizes,
-                          "seconds": fastest, "median_seconds": median, "rounds": rounds}),
+        print(json.dumps({"backend": args.backend, "dtype": args.dtype, "ranks": comm.size,
+                          "sizes": args.sizes, "seconds": fastest, "median_seconds": median,
+                          "rounds": rounds}),
               flush=True)
 
 

@@ -78,11 +78,16 @@ def bench_sizes(min_bytes, max_bytes, factor=4):
     return sizes
 
 
-def bench_mpirun_variants(backends, tcp_links):
-    """The runs mpirun starts: each of mpi4py and MLX mpi once, MLX mpi again per btl_tcp_links."""
-    runs = [{"backend": b, "links": 1} for b in ("mpi4py", "mpi") if b in backends]
+def bench_mpirun_variants(backends, tcp_links, grad_dtypes=("float32",)):
+    """The runs mpirun starts: each of mpi4py and MLX mpi once, MLX mpi again per btl_tcp_links
+    and per other gradient wire dtype (bfloat16)."""
+    runs = [{"backend": b, "links": 1, "dtype": "float32"} for b in ("mpi4py", "mpi")
+            if b in backends]
     if "mpi" in backends:
-        runs += [{"backend": "mpi", "links": int(n)} for n in tcp_links or [] if int(n) > 1]
+        runs += [{"backend": "mpi", "links": int(n), "dtype": "float32"}
+                 for n in tcp_links or [] if int(n) > 1]
+        runs += [{"backend": "mpi", "links": 1, "dtype": d} for d in grad_dtypes
+                 if d != "float32"]
     return runs
 
 
@@ -104,14 +109,14 @@ def bench_hostfile_hosts(ips):
     return [{"mpi_address": ip, "slots": 1} for ip in ips]
 
 
-def bench_parse_run(result, network, backend, links=1, peers=None):
+def bench_parse_run(result, network, backend, links=1, peers=None, dtype="float32"):
     """One result from a command result whose stdout has allreduce.py's JSON line.
 
     peers: the same run's results on the other ranks (ring); a failure there explains a rank 0
     that only saw its neighbour vanish.
     """
     entry = {"network": network["label"], "interface": network["interface"],
-             "backend": backend, "links": int(links)}
+             "backend": backend, "links": int(links), "dtype": dtype}
     for line in str(result.get("stdout", "")).splitlines():
         if line.startswith("{") and result.get("rc") == 0:
             data = json.loads(line)
@@ -137,7 +142,13 @@ def bench_busbw_gbps(nbytes, seconds, ranks):
 def _config(result):
     backend = {"mpi": "MLX mpi", "ring": "MLX ring", "mpi4py": "mpi4py"}[result["backend"]]
     links = f" links={result['links']}" if int(result.get("links", 1)) > 1 else ""
-    return f"{backend}{links} @ {result['network']} ({result['interface']})"
+    dtype = f" {result['dtype']}" if _dtype(result) != "float32" else ""
+    return f"{backend}{links}{dtype} @ {result['network']} ({result['interface']})"
+
+
+def _dtype(result):
+    """The gradient's wire dtype (results recorded before there was a choice: float32)."""
+    return result.get("dtype", "float32")
 
 
 def _median(result):
@@ -161,10 +172,12 @@ def bench_recommend(results, min_fraction=0.8, margin=0.1):
     Thunderbolt's fastest (on Macs the other network is Wi-Fi or Ethernet, and a single fast
     round is noise). btl_tcp_links > 1 is kept only when it beat one link on that network by
     > 10% (median over sizes). The bucket is the smallest size whose bus bandwidth reaches
-    min_fraction of the winner's best: smaller buckets waste time on latency.
+    min_fraction of the winner's best: smaller buckets waste time on latency. Gradients travel
+    in bfloat16 (grad_dtype) only when the winner's bfloat16 run was clearly faster too: its
+    median more than `margin` below the float32 run's fastest at the largest size.
     """
     done = [r for r in results if not r.get("error") and r.get("seconds")]
-    mlx = [r for r in done if r["backend"] in MLX_BACKENDS]
+    mlx = [r for r in done if r["backend"] in MLX_BACKENDS and _dtype(r) == "float32"]
     if not mlx:
         return {}
     best = min(mlx, key=lambda r: r["seconds"][-1])
@@ -189,17 +202,25 @@ def bench_recommend(results, min_fraction=0.8, margin=0.1):
                                                                    strict=True)]
     bucket = next(n for n, bw in zip(best["sizes"], busbw, strict=True)
                   if bw >= min_fraction * max(busbw))
+    halved = [r for r in done if _dtype(r) == "bfloat16" and r["backend"] == best["backend"]
+              and r["network"] == best["network"] and int(r.get("links", 1)) == links]
+    grad_dtype, wire = "float32", ""
+    if halved and _median(halved[0])[-1] < (1 - margin) * best["seconds"][-1]:
+        grad_dtype = "bfloat16"
+        wire = (f"; sent as bfloat16 the same gradient took {_median(halved[0])[-1] * 1e3:.2f} ms "
+                "(median), so gradients travel in bfloat16")
     return {
         "backend": best["backend"],
         "network": best["network"],
         "interface": best["interface"],
         "btl_tcp_links": links,
         "bucket_bytes": bucket,
+        "grad_dtype": grad_dtype,
         "peak_gbps": round(max(busbw), 3),
         "why": (f"{_config(best)} had the shortest all-reduce at {_size(best['sizes'][-1])} "
                 f"({best['seconds'][-1] * 1e3:.2f} ms, {max(busbw):.2f} Gbit/s bus bandwidth "
                 f"at best); it reaches {min_fraction:.0%} of that from {_size(bucket)} messages"
-                + kept_thunderbolt),
+                + kept_thunderbolt + wire),
     }
 
 
@@ -213,6 +234,7 @@ def bench_launch_vars(recommendation):
         "backend": recommendation["backend"],
         "mpi_extra_args": ["--mca", "btl_tcp_links", str(links)] if links > 1 else [],
         "grad_bucket_bytes": int(recommendation["bucket_bytes"]),
+        "grad_dtype": recommendation.get("grad_dtype", "float32"),
     }
 
 
@@ -224,8 +246,9 @@ def bench_markdown(results, links, recommendation):
         lines.append(f"| {link['network']} | {link['a']} -> {link['b']} | {value} |")
     done = [r for r in results if not r.get("error")]
     sizes = sorted({n for r in done for n in r["sizes"]})
-    lines += ["", "## All-reduce (float32 sum): fastest / median round in ms, bus bandwidth of "
-              "the fastest in Gbit/s", ""]
+    lines += ["", "## All-reduce (sum of a float32 gradient of each size; bfloat16 rows send it "
+              "in half the bytes): fastest / median round in ms, bus bandwidth of the fastest in "
+              "Gbit/s (of the float32 bytes)", ""]
     lines.append("| configuration | ranks | " + " | ".join(_size(n) for n in sizes) + " |")
     lines.append("|---" * (len(sizes) + 2) + "|")
     for r in done:
@@ -243,7 +266,8 @@ def bench_markdown(results, links, recommendation):
             f"- backend: **{recommendation['backend']}**, network: **{recommendation['network']}**"
             f" (`{recommendation['interface']}`), btl_tcp_links: "
             f"**{recommendation['btl_tcp_links']}**, gradient bucket: "
-            f"**{_size(recommendation['bucket_bytes'])}**",
+            f"**{_size(recommendation['bucket_bytes'])}**, gradients on the wire: "
+            f"**{recommendation.get('grad_dtype', 'float32')}**",
             f"- why: {recommendation['why']}",
         ]
     else:
