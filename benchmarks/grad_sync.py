@@ -49,7 +49,7 @@ def stock(vc, workdir, seconds, tag):
     results_dir = workdir / f"bench-results-{tag}"
     run = run_playbook("bench.yml", vc.inventory, workdir / f"bench-{tag}", extravars={
         "bench_min_bytes": 64 * MiB, "bench_max_bytes": 64 * MiB, "bench_iperf3": False,
-        "bench_tcp_links": [], "bench_seconds_per_size": seconds,
+        "bench_tcp_links": [], "bench_grad_dtypes": ["float32"], "bench_seconds_per_size": seconds,
         "bench_results_dir": str(results_dir)})
     if run.status != "successful":
         raise SystemExit(f"bench.yml failed:\n{run.stdout[-4000:]}")
