@@ -25,7 +25,9 @@ supervisor_module = load("roles/launch/files/supervisor.py")
 launch = load("roles/launch/filter_plugins/launch.py")
 SETTINGS = ("--batch-size", "32", "--checkpoint-every", "100", "--log-every", "100",
             "--eval-every", "0")
-STEPS = 1500
+# Long enough on a fast machine that a fault injected at the second heartbeat (about 1 s in)
+# lands mid-run, not in the final checkpoint.
+STEPS = 6000
 STALL = 8  # --stall-timeout of these tests, seconds
 HOSTS = json.dumps([{"rank": 0, "host": "h0", "address": "local"},
                     {"rank": 1, "host": "h1", "address": "local"}])
