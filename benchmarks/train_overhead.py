@@ -25,12 +25,12 @@ RESULTS = Path(__file__).parent / "results" / "train_overhead.md"
 # The first task of each phase, in play order (profile_tasks' recap in execution order).
 PHASES = [
     ("check the request (controller)", "Check the request"),
-    ("gather facts", "Gather facts"),
-    ("preflight", "launch : Check the cluster before launching"),
+    ("gather facts (when not cached)", "Gather the facts"),
+    ("preflight", "launch : Ask every host what the checks before a launch need"),
     ("start the job", "launch : Start the job under its supervisor"),
     ("follow (the job runs)", "launch : Follow rank 0"),
-    ("bring the results back", "launch : Bring the results back"),
-    ("verdict", "launch : Judge the job"),
+    ("bring the results back, judge the run", "launch : Bring the results back"),
+    ("report the verdict", "launch : Fail naming the host"),
 ]
 TASK_TIME = re.compile(r"^(?P<name>.*?) -+ (?P<seconds>\d+\.\d+)s$")
 

@@ -415,6 +415,13 @@ def test_the_train_programs_errors_keep_the_users_names(argv, message):
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2
     assert launch.launch_train_check_error(done.stderr).startswith(message), done.stderr
+    assert launch.launch_train_check_error(f"{done.stderr}exit 2\n").startswith(message)
+
+
+def test_a_crash_of_the_train_program_is_shown_without_the_exit_line():
+    crash = "Traceback (most recent call last):\nImportError: no numpy\nexit 1\n"
+    assert launch.launch_train_check_error(crash) == (
+        "Traceback (most recent call last):\nImportError: no numpy")
 
 
 def test_the_odd_hosts_python_or_package_version_is_named():
@@ -455,3 +462,40 @@ def test_the_outcome_holds_the_state_the_numbers_and_the_error():
     assert (outcome["steps"], outcome["eval_accuracy"], outcome["eval_loss"]) == (10, 0.9, None)
     assert "model" not in outcome and outcome["results"] == "/runs/r"
     assert launch.launch_outcome({}, None, "/runs/x", "")["ok"] is True
+
+
+def _probe(hostfile_rc=0, mlx_launch_rc=0, ssh=()):
+    return ([{"item": "hostfile", "rc": hostfile_rc, "stdout": "",
+              "stderr": "cat: x: No such file"},
+             {"item": "mlx_launch", "rc": mlx_launch_rc, "stdout": "", "stderr": ""}]
+            + [{"item": {"name": name, "mpi_address": address}, "rc": rc, "stderr": f"{err}\n"}
+               for name, address, rc, err in ssh])
+
+
+def test_a_ready_launch_host_has_nothing_to_say():
+    runs = [{"run": "old", "state": "finished", "last_step": 9}]
+    ssh = [("b", "198.19.0.2", 0, "")]
+    errors = launch.launch_host_errors(_probe(ssh=ssh), "a", "/h", [], runs, "/env/bin/mlx.launch")
+    assert errors == []
+
+
+def test_every_problem_of_the_launch_host_is_named_with_its_fix():
+    runs = [{"run": "old", "state": "finished"}, {"run": "r1", "state": "running", "last_step": 40}]
+    ssh = [("b", "198.19.0.2", 0, ""), ("c", "198.19.0.3", 255, "Connection timed out")]
+    errors = launch.launch_host_errors(_probe(mlx_launch_rc=1, ssh=ssh), "a", "/w/hosts.json",
+                                       ["2 hosts, inventory has 3"], runs, "/env/bin/mlx.launch")
+    assert errors == [
+        "/w/hosts.json does not match the inventory (2 hosts, inventory has 3) — re-run setup.yml "
+        "to render it again",
+        "a cannot ssh -o BatchMode=yes to c / 198.19.0.3 / Connection timed out — check the cable "
+        "and that host's bridge0 address, then re-run setup.yml (ssh_mesh)",
+        "run r1 is running on this cluster (step 40): one job at a time — follow it with "
+        "ansible-playbook train.yml -e attach=r1, or stop it with -e stop=r1",
+        "/env/bin/mlx.launch is missing — re-run setup.yml to install mlx in /env"]
+
+
+def test_a_missing_hostfile_is_named_and_mlx_launch_matters_only_for_ring():
+    errors = launch.launch_host_errors(_probe(hostfile_rc=1, mlx_launch_rc=1), "a", "/w/hostfile",
+                                       [], [], None)
+    assert errors == ["/w/hostfile is missing on a (cat: x: No such file) — run ansible-playbook "
+                      "setup.yml (with the same inventory) before train.yml"]

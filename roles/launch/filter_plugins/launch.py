@@ -117,11 +117,12 @@ def launch_unknown_options(names, spec):
     return errors
 
 
-def launch_train_check_error(stderr):
+def launch_train_check_error(output):
     """python -m train --check's error under the names users type: `argument --batch-size: x`
-    becomes `batch_size: x`."""
-    lines = [line for line in stderr.splitlines() if line.startswith("train: error: ")]
-    text = lines[-1][len("train: error: "):] if lines else stderr.strip()
+    becomes `batch_size: x`. output: its stderr, perhaps followed by validate.yml's `exit N`."""
+    output = re.sub(r"\nexit \d+\s*$", "", "\n" + output).strip()
+    lines = [line for line in output.splitlines() if line.startswith("train: error: ")]
+    text = lines[-1][len("train: error: "):] if lines else output
     text = re.sub(r"^argument --([a-z-]+)(/-\w)?:", lambda m: m[1].replace("-", "_") + ":", text)
     return re.sub(r"(?<![\w'])--([a-z]+(-[a-z]+)*)", lambda m: m[1].replace("-", "_"), text)
 
@@ -222,6 +223,43 @@ def launch_run_name(model, stamp):
     """Default run name: the model's last path component and a timestamp."""
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", launch_path_name(model or "train"))
     return f"{base.strip('.-') or 'train'}-{stamp}"
+
+
+def launch_host_errors(probe_results, host, hostfile, hostfile_problems, runs, mlx_launch=None):
+    """What keeps the launch host from starting a job, a message each with its fix: the hostfile
+    (missing, or not the inventory's), the hosts it cannot ssh to, a job already running, and
+    for the ring backend a missing mlx.launch (mlx_launch: its path; None for the mpi backend).
+
+    probe_results: preflight's concurrent_commands results (by name: hostfile, mlx_launch; each
+    ssh login has its host as item); hostfile_problems: how the hostfile differs from the
+    inventory; runs: the supervisor's status of the cluster's runs.
+    """
+    probed = {r["item"]: r for r in probe_results if isinstance(r.get("item"), str)}
+    errors = []
+    if probed["hostfile"]["rc"] != 0:
+        why = probed["hostfile"]["stderr"].strip()
+        errors.append(f"{hostfile} is missing on {host} ({why}) — run ansible-playbook "
+                      "setup.yml (with the same inventory) before train.yml")
+    elif hostfile_problems:
+        errors.append(f"{hostfile} does not match the inventory ({'; '.join(hostfile_problems)})"
+                      " — re-run setup.yml to render it again")
+    unreached = [r for r in probe_results if isinstance(r.get("item"), dict) and r["rc"] != 0]
+    if unreached:
+        listing = "; ".join(f"{r['item']['name']} / {r['item']['mpi_address']} / "
+                            f"{r['stderr'].strip()}" for r in unreached)
+        errors.append(f"{host} cannot ssh -o BatchMode=yes to {listing} — check the cable and "
+                      "that host's bridge0 address, then re-run setup.yml (ssh_mesh)")
+    running = [r for r in runs if r["state"] not in ("finished", "stopped", "failed", "lost")]
+    if running:
+        run = running[0]
+        errors.append(f"run {run['run']} is {run['state']} on this cluster (step "
+                      f"{run.get('last_step') or 0}): one job at a time — follow it with "
+                      f"ansible-playbook train.yml -e attach={run['run']}, or stop it with "
+                      f"-e stop={run['run']}")
+    if mlx_launch and probed["mlx_launch"]["rc"] != 0:
+        env = posixpath.dirname(posixpath.dirname(mlx_launch))
+        errors.append(f"{mlx_launch} is missing — re-run setup.yml to install mlx in {env}")
+    return errors
 
 
 # ---------------------------------------------------------------- per-host consistency
@@ -492,6 +530,7 @@ class FilterModule:
             "launch_outcome": launch_outcome,
             "launch_consistency_errors": launch_consistency_errors,
             "launch_extra_args": launch_extra_args,
+            "launch_host_errors": launch_host_errors,
             "launch_mpi_options": launch_mpi_options,
             "launch_np": launch_np,
             "launch_path_name": launch_path_name,

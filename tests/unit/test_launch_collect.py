@@ -1,13 +1,11 @@
-"""roles/launch/files/unpack_results.py: the hosts' archives into the run's directory."""
+"""roles/launch/action_plugins/launch_collect.py: the hosts' archives into the run's directory."""
 
 import io
-import subprocess
-import sys
 import tarfile
 
-from tools.playbook import ROOT
+from tests.unit.plugins import load
 
-SCRIPT = ROOT / "roles" / "launch" / "files" / "unpack_results.py"
+collect = load("roles/launch/action_plugins/launch_collect.py")
 
 
 def archive(path, files):
@@ -25,7 +23,7 @@ def archive(path, files):
 
 
 def unpack(run_dir, *archives):
-    subprocess.run([sys.executable, SCRIPT, run_dir, *archives], check=True)
+    collect.unpack(run_dir, archives)
 
 
 def test_an_earlier_launch_is_replaced_and_the_users_own_files_are_kept(tmp_path):
@@ -60,3 +58,13 @@ def test_without_the_launch_hosts_archive_nothing_is_removed(tmp_path):
     assert (run / "checkpoints" / "step_00000010").is_dir()
     assert (run / "job.json").read_text() == '{"state": "finished"}'
     assert (run / "logs" / "rank.1.log").read_text() == "1\n"
+
+
+def test_rank_logs_are_read_by_rank_and_result_json_is_private(tmp_path):
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "rank.10.log").write_text("ten\n")
+    (tmp_path / "logs" / "rank.2.log").write_text("two\n")
+    (tmp_path / "logs" / "rank.2.heartbeat").write_text("")
+    assert collect.rank_logs(tmp_path) == {2: "two\n", 10: "ten\n"}
+    collect.write_private(tmp_path / "result.json", "{}\n")
+    assert (tmp_path / "result.json").stat().st_mode & 0o777 == 0o600
