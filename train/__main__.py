@@ -1,8 +1,9 @@
 """`python -m train`: see `python -m train --help`."""
 
 import json
+import sys
 
-from . import cli, distributed, loop
+from . import cli, command
 
 
 def main(argv=None):
@@ -11,6 +12,10 @@ def main(argv=None):
         cli.check_world(args, args.check)
         print(json.dumps(vars(args), default=str))
         return
+    if args.command is not None:
+        sys.exit(command.run(args))
+    from . import distributed, loop  # MLX: only for training
+
     group = distributed.init()
     with distributed.stop_all_on_error(group):
         distributed.check_size(group)

@@ -5,7 +5,7 @@ import math
 import re
 from pathlib import Path
 
-from . import mnist
+from . import command, mnist
 from .data import IMAGE_DATASETS
 from .errors import fail
 
@@ -64,8 +64,9 @@ def parser():
     p = Parser(prog="python -m train", description="Train or fine-tune an MLX model on this "
                "machine, or data-parallel on every rank under mpirun / mlx.launch.")
     add = p.add_argument
-    add("--model", type=name, default="mlp", metavar="NAME", help="mlp, cnn, gpt, or an mlx-lm "
-        "model (local directory or Hugging Face repo id) to fine-tune with LoRA (default: mlp)")
+    add("--model", type=name, metavar="NAME", help="mlp, cnn, gpt, or an mlx-lm "
+        "model (local directory or Hugging Face repo id) to fine-tune with LoRA (default: mlp); "
+        "with --command: what {model} stands for")
     add("--dataset", type=name, metavar="NAME", help="digits, mnist, fashion-mnist (mlp, cnn), "
         "text (gpt), jsonl (LoRA). Default: digits for mlp/cnn, text for gpt, jsonl for LoRA")
     add("--data", type=path, metavar="PATH", help="text: the text file; jsonl: the directory "
@@ -97,6 +98,10 @@ def parser():
     add("--heartbeat", metavar="TEMPLATE", help="each rank writes {step, steps, time, pid} as "
         "JSON to this path ({rank}: its rank) at most once a second, for a watchdog; e.g. "
         "runs/x/logs/rank.{rank}.heartbeat (default: none)")
+    add("--command", metavar="CMD", help="run CMD on every rank instead of training (e.g. "
+        "'python -m mlx_lm lora --train --model {model} --data {data}'), in --out, with "
+        "{model} and {data} replaced by the absolute paths given with --model and --data; its "
+        "output is the rank's progress, --heartbeat and --out as for training")
     add("--check", type=count(1), metavar="RANKS", help="only check the flags for a run over "
         "RANKS processes, print the settings as JSON and exit (train.yml asks this on the "
         "controller before it contacts any host)")
@@ -105,6 +110,10 @@ def parser():
 
 def parse(argv=None):
     args = parser().parse_args(argv)
+    if args.command is not None:
+        check_command(args)
+        return args
+    args.model = args.model or "mlp"
     args.lora = args.model not in BUILT_IN
     if args.lora:
         check_lora_model(args.model)
@@ -118,6 +127,21 @@ def parse(argv=None):
     args.lr = args.lr or lr
     args.batch_size = args.batch_size or batch_size
     return args
+
+
+def check_command(args):
+    """A command that splits like a shell line, with a value for each placeholder it uses."""
+    try:
+        words = command.argv(args.command, {})
+    except ValueError as e:
+        fail(f"argument --command: cannot split it like a shell would ({e})")
+    if not words:
+        fail("argument --command: empty; give the program to run and its arguments")
+    for missing in command.missing_placeholders(args.command, {"model": args.model,
+                                                                "data": args.data}):
+        fail(f"argument --command: uses {{{missing}}} but no --{missing} was given")
+    if args.data is not None and not args.data.exists():
+        fail(f"data path '{args.data}' does not exist")
 
 
 def check_lora_model(model):
@@ -154,6 +178,8 @@ def check_data(args):
 
 
 def check_world(args, world_size):
+    if args.command is not None:  # the program's own flags are its business
+        return
     if args.batch_size % world_size:
         fail(f"--batch-size {args.batch_size} does not split over {world_size} ranks; choose "
              f"a multiple of {world_size}")

@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 # mlp on digits: 64*128+128 + 128*128+128 + 128*10+10 float32 parameters.
 MLP_GRADIENT_BYTES = 26122 * 4
 START_TASK = "Start the job under its supervisor"
-JOB_PROCESS = re.compile(r"-m\0train\0|orted|prted|prterun|mpirun|mlx\.launch")
+JOB_PROCESS = re.compile(r"-m\0(train|mlx_lm)\0|orted|prted|prterun|mpirun|mlx\.launch")
 
 
 @pytest.fixture
@@ -253,6 +253,31 @@ def test_data_on_the_controller_is_copied_to_every_host(cluster, tmp_path):
                        "mlx-cluster/runs", user=host.user).stdout.split()
         assert modes == ["700", "600", "700"], host.name
     assert json.loads((out / "summary.json").read_text())["world_size"] == 4
+
+
+def test_any_program_runs_under_the_launcher_and_lora_adapters_come_back(cluster, tmp_path,
+                                                                          tiny_llm):
+    vc = cluster
+    model, data = tiny_llm
+    command = ("python -m mlx_lm lora --train --model {model} --data {data} --iters 4 "
+               "--batch-size 4 --num-layers 2 --steps-per-report 1 --adapter-path adapters")
+    run, out = train(vc, tmp_path, "lora-command", model=str(model), data=str(data),
+                     command=command)
+    assert run.status == "successful", run.stdout[-6000:]
+    for rank in range(4):  # every rank ran the program to its end, in a world of 4
+        log = (out / "logs" / f"rank.{rank}.log").read_text()
+        assert f"rank {rank} of 4: python -m mlx_lm lora" in log, log
+        assert f"rank {rank}: exited with code 0" in log, log
+    assert "models/llm" in (out / "command.sh").read_text()
+    result = json.loads((out / "result.json").read_text())
+    assert result["ok"] and result["world_size"] == 4, result
+    assert (out / "adapters" / "adapters.safetensors").stat().st_size > 0
+    generated = subprocess.run(
+        [sys.executable, "-m", "mlx_lm", "generate", "--model", str(model), "--adapter-path",
+         str(out / "adapters"), "--prompt", "the cat", "--max-tokens", "3"],
+        capture_output=True, text=True, timeout=300)
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
 def test_preflight_names_a_host_with_another_version_of_a_shared_package(cluster, tmp_path):

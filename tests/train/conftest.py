@@ -4,7 +4,6 @@ plus small local data: IDX image files, a text file, a tiny mlx-lm model with js
 import gzip
 import json
 import os
-import random
 import shutil
 import struct
 import subprocess
@@ -95,39 +94,3 @@ def text_file(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="session")
-def tiny_llm(tmp_path_factory):
-    """(model directory, data directory): a randomly initialised 2-layer llama that mlx_lm.load
-    reads (config.json, model.safetensors, a word-level tokenizer) and mlx-lm jsonl data."""
-    from mlx.utils import tree_flatten
-    from mlx_lm.models import llama
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    model_dir, data_dir = tmp_path_factory.mktemp("llm"), tmp_path_factory.mktemp("jsonl")
-    words = ["<unk>", "<eos>", "the", "cat", "dog", "is", "red", "blue", "green", "sat", "on", "a",
-             "mat", "ran", "to", "park"]
-    vocab = {w: i for i, w in enumerate(words)}
-    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>",
-                            eos_token="<eos>").save_pretrained(model_dir)
-    config = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2,
-              "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-              "rms_norm_eps": 1e-5, "vocab_size": len(vocab), "tie_word_embeddings": True,
-              "eos_token_id": 1}
-    (model_dir / "config.json").write_text(json.dumps(config))
-    mx.random.seed(0)
-    model = llama.Model(llama.ModelArgs.from_dict(config))
-    weights = dict(tree_flatten(model.parameters()))
-    mx.save_safetensors(str(model_dir / "model.safetensors"), weights)
-
-    rng = random.Random(0)
-    for name, count in (("train", 64), ("valid", 16)):
-        lines = []
-        for _ in range(count):
-            animal, colour = rng.choice(["cat", "dog"]), rng.choice(["red", "blue", "green"])
-            text = f"the {animal} is {colour} the {animal} sat on a mat the {animal} ran to park"
-            lines.append(json.dumps({"text": text}) + "\n")
-        (data_dir / f"{name}.jsonl").write_text("".join(lines))
-    return model_dir, data_dir

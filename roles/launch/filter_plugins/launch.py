@@ -495,6 +495,12 @@ def launch_summary_lines(summary, run_dir, job=None):
         value = summary.get(key)
         return fmt.format(value) if isinstance(value, (int, float)) else "n/a"
 
+    if "command" in summary:  # -e command: the program's own output says how it went
+        return [f"{summary['command']}: exit code 0 on rank 0",
+                f"world size {summary.get('world_size', 'n/a')}, "
+                f"{number('wall_time_s', '{:.1f}')} s wall time", *extra,
+                f"results: {run_dir}"]
+
     accuracy = summary.get("eval_accuracy")
     lines = [
         f"final loss {number('train_loss', '{:.4f}')}, eval loss {number('eval_loss', '{:.4f}')}"
