@@ -70,8 +70,10 @@ def tiny_llm(tmp_path_factory):
     vocab = {w: i for i, w in enumerate(words)}
     tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>",
-                            eos_token="<eos>").save_pretrained(model_dir)
+    # A chat template, so that prompt/completion and chat examples can be encoded too.
+    template = "{% for m in messages %}{{ m['content'] }} {% endfor %}"
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, unk_token="<unk>", eos_token="<eos>",
+                            chat_template=template).save_pretrained(model_dir)
     config = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2,
               "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
               "rms_norm_eps": 1e-5, "vocab_size": len(vocab), "tie_word_embeddings": True,

@@ -75,3 +75,24 @@ def test_lora_examples_weigh_only_completion_tokens():
     assert targets.tolist() == [[6, 7, 8], [10, 0, 0]]
     # example 0: tokens 0-1 are the prompt, so only 7 and 8 count; example 1: no padding
     assert weights.tolist() == [[0, 1, 1], [1, 0, 0]]
+
+
+def test_lora_reads_each_of_mlx_lms_jsonl_formats(tiny_llm, tmp_path, capsys):
+    from mlx_lm import load
+
+    model_dir, _ = tiny_llm
+    _, tokenizer = load(str(model_dir))
+    cat, eos = tokenizer.encode("the cat is red"), tokenizer.eos_token_id
+    chat = [{"role": "user", "content": "the cat"}, {"role": "assistant", "content": "is red"}]
+    assert lora.encode({"text": "the cat is red"}, tokenizer) == ([*cat, eos], 0)
+    assert lora.encode({"prompt": "the cat", "completion": "is red"}, tokenizer) == (
+        [*tokenizer.apply_chat_template(chat), eos], 0)
+    assert lora.encode({"messages": chat}, tokenizer) == (
+        [*tokenizer.apply_chat_template(chat), eos], 0)
+
+    split = tmp_path / "train.jsonl"
+    split.write_text('{"text": "the dog"}\n\n{"question": "the cat"}\n')
+    with pytest.raises(SystemExit) as exit_:
+        lora.read_split(split, tokenizer)
+    assert exit_.value.code == 2
+    assert f"{split} line 3: keys ['question']; expected text" in capsys.readouterr().err
