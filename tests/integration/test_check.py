@@ -114,7 +114,8 @@ def test_healthy_cluster_passes_every_check(cluster, tmp_path):
 def test_bridge_down_train_edited_and_open_mpi_missing(cluster, tmp_path):
     a, b, c = names(cluster)
     host_b = cluster.host(b)
-    loop_py = f"{host_b.home}/mlx-cluster/src/train/loop.py"
+    loop_py = cluster.run(b, f"ls {host_b.home}/mlx-cluster/venv/lib/python3*/site-packages/"
+                             "train/loop.py").stdout.strip()  # the installed train package
     original = cluster.run(b, ["cat", loop_py]).stdout
     empty = Path(host_b.workdir) / "not-mpirun"
     empty.write_text("")  # not executable: running mpirun fails as if it were gone

@@ -323,7 +323,8 @@ def test_preflight_names_a_host_whose_train_package_differs(cluster, tmp_path):
     controller's)."""
     vc = cluster
     odd = vc.hosts[1]
-    loop = "mlx-cluster/src/train/loop.py"
+    loop = vc.run(odd, "ls mlx-cluster/venv/lib/python3*/site-packages/train/loop.py",
+                  user=odd.user).stdout.strip()  # the installed train package
     vc.run(odd, f"cp {loop} {loop}.orig && echo '# edited here' >> {loop}", user=odd.user)
     try:
         run, _ = train(vc, tmp_path, "edited", steps=5)

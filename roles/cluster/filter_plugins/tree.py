@@ -1,25 +1,19 @@
-"""Is a host's copy of a directory tree the controller's? One answer for setup (python_env copies
-only what differs), train.yml's preflight and check.yml, from ansible.builtin.find results with
-get_checksum. Pure functions, unit-tested in tests/unit/test_tree.py.
+"""Is a host's train package the controller's? One answer for setup (python_env installs the
+controller's wheel where it differs), train.yml's preflight and check.yml, from what
+roles/cluster/files/tree_checksums.py prints. Pure functions, unit-tested in
+tests/unit/test_tree.py.
 """
-
-import posixpath
 
 
 def _is_cache(relpath):
     return "__pycache__" in relpath.split("/") or relpath.endswith((".pyc", ".pyo"))
 
 
-def tree_digest(files, root):
-    """{relative path: sha1, None for a directory} of ansible.builtin.find results (get_checksum)
-    under root, bytecode caches left out (Python writes its own on every host)."""
-    root = str(root).rstrip("/")
-    tree = {}
-    for entry in files or []:
-        rel = posixpath.relpath(entry["path"], root)
-        if not _is_cache(rel):
-            tree[rel] = None if entry.get("isdir") else entry.get("checksum")
-    return tree
+def tree_digest(files):
+    """{relative path: sha1, None for a directory} of tree_checksums.py's entries, bytecode
+    caches left out (Python writes its own on every host)."""
+    return {entry["path"]: None if entry.get("isdir") else entry.get("checksum")
+            for entry in files or [] if not _is_cache(entry["path"])}
 
 
 def tree_diff(tree, reference):

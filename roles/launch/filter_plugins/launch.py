@@ -291,7 +291,7 @@ def launch_consistency_errors(infos, layout, backend="mpi"):
         listing = "; ".join(f"{name}: {', '.join(diff[:3])}" for name, diff in stale.items())
         errors.append(
             f"train/ package on {', '.join(stale)} differs from the controller's train/ "
-            f"({listing}) — re-run setup.yml to copy it to every host"
+            f"({listing}) — re-run setup.yml to install it on every host"
         )
     return errors
 
