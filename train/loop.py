@@ -100,7 +100,7 @@ def run(args, group):
     if rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "stopped.json").unlink(missing_ok=True)  # an earlier launch's stop
-        metrics = report.Metrics(args.out, start)
+        metrics = report.Metrics(args.out, start, args.report_to)
         progress = report.Progress(start, args.steps, bar=not distributed.launcher_sizes())
         trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
         progress.write(f"{args.model} ({trainable:,} trainable parameters) on {args.dataset} "

@@ -1,5 +1,5 @@
-"""What rank 0 shows and writes: progress, DIR/metrics.jsonl, DIR/summary.json, DIR/loss.png;
-and every rank's heartbeat file."""
+"""What rank 0 shows and writes: progress, DIR/metrics.jsonl (and TensorBoard events with
+--report-to tensorboard), DIR/summary.json, DIR/loss.png; and every rank's heartbeat file."""
 
 import json
 import os
@@ -50,11 +50,18 @@ class Progress:
 class Metrics:
     """DIR/metrics.jsonl: one record per logged train step or evaluation."""
 
-    def __init__(self, out, resumed_step):
+    def __init__(self, out, resumed_step, report_to="none"):
         self.path = out / "metrics.jsonl"
         # A resumed run redoes the steps after its checkpoint: drop their old records.
         kept = [r for r in self.records() if r["step"] <= resumed_step]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self.tensorboard = None
+        if report_to == "tensorboard":
+            from tensorboardX import SummaryWriter
+
+            # purge_step: a resumed run's redone steps replace the old ones in TensorBoard too.
+            self.tensorboard = SummaryWriter(str(out / "tensorboard"),
+                                             purge_step=resumed_step + 1 if kept else None)
 
     def records(self):
         if not self.path.exists():
@@ -64,6 +71,11 @@ class Metrics:
     def add(self, **record):
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:  # the same numbers, tagged kind/name (train/loss)
+            for name, value in record.items():
+                if name not in ("kind", "step") and isinstance(value, (int, float)):
+                    self.tensorboard.add_scalar(f"{record['kind']}/{name}", value, record["step"])
+            self.tensorboard.flush()
 
 
 def plot(records, path):

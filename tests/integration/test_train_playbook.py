@@ -242,9 +242,11 @@ def test_data_on_the_controller_is_copied_to_every_host(cluster, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
     run, out = train(vc, tmp_path, "gpt", model="gpt", dataset="text", data=str(corpus),
-                     steps=10, batch_size=8)
+                     steps=10, batch_size=8, report_to="tensorboard")
     assert run.status == "successful", run.stdout[-6000:]
     assert "--data=data/corpus.txt" in (out / "command.sh").read_text()
+    # rank 0's TensorBoard events came back with the results
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     for host in vc.hosts:
         copy = vc.run(host, "cat mlx-cluster/data/corpus.txt", user=host.user).stdout
         assert copy == corpus.read_text(), host.name

@@ -108,3 +108,10 @@ def test_batch_size_not_divisible_under_mpirun(tmp_path):
     assert result.returncode == 2
     assert "--batch-size 33 does not split over 2 ranks" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_an_unknown_tracker_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.parse(["--report-to", "mlflow"])
+    assert exit_.value.code == 2
+    assert "argument --report-to: invalid choice: 'mlflow'" in capsys.readouterr().err
