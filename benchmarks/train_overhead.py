@@ -26,10 +26,10 @@ RESULTS = Path(__file__).parent / "results" / "train_overhead.md"
 PHASES = [
     ("check the request (controller)", "Check the request"),
     ("gather facts (when not cached)", "Gather the facts"),
-    ("preflight", "launch : Ask every host what the checks before a launch need"),
-    ("start the job", "launch : Start the job under its supervisor"),
+    ("preflight", "launch : Validating arguments against arg spec 'main'"),
+    ("start the job", "launch : Copy the data and the model"),
     ("follow (the job runs)", "launch : Follow rank 0"),
-    ("bring the results back, judge the run", "launch : Bring the results back"),
+    ("bring the results back, judge the run", "launch : Fetch this host's results"),
     ("report the verdict", "launch : Fail naming the host"),
 ]
 TASK_TIME = re.compile(r"^(?P<name>.*?) -+ (?P<seconds>\d+\.\d+)s$")
