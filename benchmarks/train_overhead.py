@@ -126,7 +126,8 @@ def main():
         "",
         *table([(n, (statistics.median(v),)) for n, v in parts.items()], "| phase | seconds |"),
         "",
-        "The follow phase is the job itself plus up to one poll interval (0.5 s) after it ends.",
+        "The follow phase is the job itself plus up to 0.1 s after it ends (the follower waits "
+        "on the launch host for news).",
     ]
     write_results(RESULTS, lines)
 

@@ -1,8 +1,10 @@
 """Follow a supervised training job: stream rank 0's new log lines into the play's output.
 
 Ansible prints a task's result only when the task ends, so progress would appear all at once.
-This action polls the launch host with one cheap shell command per interval (the supervisor's
-job.json, then rank 0's new log bytes) and shows each new line immediately. The job belongs to
+This action long-polls the launch host: one cheap shell command waits there until the supervisor's
+job.json or rank 0's log changes (or `interval` seconds pass), then answers with both, and each new
+line is shown at once. So the play sees the job end within a tenth of a second, not a poll
+interval later, and an idle job costs one round trip per interval. The job belongs to
 the supervisor on the launch host (files/supervisor.py), not to this play: the action never stops
 it. It returns once job.json says the job ended, or when it has not reached the launch host for
 `reconnect` seconds (a laptop asleep or on another network): then the job goes on and
@@ -25,6 +27,15 @@ display = Display()
 
 ENDED = ("finished", "failed", "stopped")
 SEPARATOR = b"--- mlx-cluster log ---"
+CHECK_EVERY = 0.1  # seconds between two looks on the host while a poll waits for a change
+
+
+def _job(text, before):
+    """job.json's bytes as a dict; `before` while the file is missing or mid-replace."""
+    try:
+        return json.loads(text) if text.strip() else before
+    except ValueError:
+        return before  # mid-replace: the next poll reads it whole
 
 
 def _attempt(job):
@@ -47,11 +58,11 @@ class ActionModule(ActionBase):
         label = args.get("label") or task_vars.get("inventory_hostname")
 
         start = time.monotonic()
-        offset, pending, lines, job, shown = 0, b"", 0, {}, None
+        offset, pending, lines, job, shown, seen = 0, b"", 0, {}, None, b""
         last_contact = time.monotonic()
         while True:
             try:
-                job, size, data = self._poll(args["job"], args["log"], offset)
+                seen, size, data = self._poll(args["job"], args["log"], offset, seen, interval)
             except (AnsibleConnectionFailure, OSError) as error:
                 lost = time.monotonic() - last_contact
                 if lost > reconnect:
@@ -65,6 +76,7 @@ class ActionModule(ActionBase):
                 time.sleep(min(interval * 2, 10))
                 continue
             last_contact = time.monotonic()
+            job = _job(seen, job)
             if size < offset:  # a restarted job's rank 0 starts its log afresh: read it whole
                 offset, pending, data = 0, b"", b""
             offset += len(data)
@@ -76,22 +88,28 @@ class ActionModule(ActionBase):
             shown = job
             if job.get("state") in ENDED:
                 break
-            time.sleep(interval)
         if pending:
             display.display(f"[{label}] {to_text(pending, errors='surrogate_or_replace')}")
         result.update(changed=False, job=job, lost_contact=False, lines=lines,
                       elapsed=round(time.monotonic() - start, 1))
         return result
 
-    def _poll(self, job_path, log_path, offset):
-        """(job.json as a dict, the log's size, new log bytes after offset) in one command.
+    def _poll(self, job_path, log_path, offset, seen, wait):
+        """(job.json's bytes, the log's size, new log bytes after offset) in one command, once
+        job.json differs from `seen` or the log's size from `offset`, or after `wait` seconds.
 
         job.json is read before the log, so once it says the job ended the log read after it
         is complete.
         """
-        log = shlex.quote(log_path)
+        job, log = shlex.quote(job_path), shlex.quote(log_path)
+        # $(...) drops trailing newlines: compare job.json's text without them.
+        known = shlex.quote(to_text(seen, errors="surrogate_or_strict").rstrip("\n"))
         command = (
-            f"cat {shlex.quote(job_path)} 2>/dev/null; echo; echo {SEPARATOR.decode()}; "
+            f"n=0; while [ $n -lt {max(1, round(wait / CHECK_EVERY))} ] "
+            f"&& [ \"$(cat {job} 2>/dev/null)\" = {known} ] "
+            f"&& [ $(($(wc -c <{log} 2>/dev/null || echo 0))) -eq {offset} ]; "
+            f"do sleep {CHECK_EVERY}; n=$((n + 1)); done; "
+            f"cat {job} 2>/dev/null; echo; echo {SEPARATOR.decode()}; "
             f"wc -c <{log} 2>/dev/null || echo 0; tail -c +{offset + 1} {log} 2>/dev/null; true"
         )
         res = self._low_level_execute_command(command, sudoable=False)
@@ -102,11 +120,7 @@ class ActionModule(ActionBase):
         out = to_bytes(res["stdout"], errors="surrogate_or_strict")
         head, _, rest = out.partition(b"\n" + SEPARATOR + b"\n")
         size, _, data = rest.partition(b"\n")
-        try:
-            job = json.loads(head) if head.strip() else {}
-        except ValueError:
-            job = {}  # mid-replace: the next poll reads it whole
-        return job, int(size.strip() or 0), data
+        return head[:-1] if head.endswith(b"\n") else head, int(size.strip() or 0), data
 
     @staticmethod
     def _announce(label, before, job):
