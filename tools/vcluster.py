@@ -4,11 +4,15 @@ Each host is a network namespace plus a persistent mount + UTS namespace, so it 
 hostname, its own /home/<user>, /etc/ssh (own host keys), /etc/hosts and /dev/shm, and its own
 sshd. `en0` sits on a management bridge in the root namespace (the controller, 198.18.<k>.1);
 `bridge0` is a Linux bridge whose port `thunderbolt0` is cabled to a switch namespace the
-controller is not on. Everything is recorded in DIR/state.json before it is created, so `down`
-removes exactly what `up` made, even after a crash halfway.
+controller is not on. With cables (chain, ring, mesh or given pairs of hosts) there is no bridge0
+and no shared segment: each cable is a point-to-point link between two hosts' ports en2, en3, ...
+(numbered per host in the order of its cables), up and without addresses. Everything is recorded
+in DIR/state.json before it is created, so `down` removes exactly what `up` made, even after a
+crash halfway.
 
     python -m tools.vcluster up --hosts 2 [--slots 1,2] [--distinct-users]
-        [--shape bridge0=10gbit,en0=1gbit] [--cpus 0.2] [--var key=value ...] --dir DIR
+        [--cables chain|ring|mesh|0-1,1-2,...] [--shape bridge0=10gbit,en0=1gbit,en2=10gbit]
+        [--cpus 0.2] [--var key=value ...] --dir DIR
     python -m tools.vcluster run --dir DIR [--user] HOST -- CMD...
     python -m tools.vcluster down --dir DIR
     python -m tools.vcluster list
@@ -24,11 +28,13 @@ many CPUs, so hosts keep a fixed speed however many share this machine, as separ
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import dataclasses
 import fcntl
 import grp
 import ipaddress
+import itertools
 import json
 import os
 import pwd
@@ -51,7 +57,7 @@ TB_SUPERNET = ipaddress.ip_network("198.19.0.0/16")
 LOCK_FILE = Path("/run/lock/vcluster.lock")
 REGISTRY = Path("/run/vcluster")  # <id> -> DIR of every cluster that is up
 SUDOERS_DIR = Path("/etc/sudoers.d")
-SHAPED_IFACES = ("bridge0", "en0")
+CABLE_TOPOLOGIES = ("chain", "ring", "mesh")
 HOST_KEY_TYPES = ("ed25519", "ecdsa")
 RATE_RE = re.compile(r"^(\d+(?:\.\d+)?)(bit|kbit|mbit|gbit|tbit)$")
 RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
@@ -81,7 +87,7 @@ class Host:
     user: str
     home: str  # /home/<user> as seen inside the host
     en0_ip: str
-    thunderbolt_ip: str  # for the inventory; bridge0 starts without an address
+    thunderbolt_ip: str | None  # bridge0's, for the inventory (it starts without); None: cables
     slots: int
     index: int  # 1-based
     workdir: str  # DIR/<name> on the controller: home, etc-ssh, sshd.log
@@ -95,6 +101,26 @@ class Host:
         return str(Path(self.workdir).parent / "ns" / f"{self.name}.uts")
 
 
+@dataclasses.dataclass
+class Cable:
+    """A Thunderbolt cable: host a's port a_if joined to host b's port b_if, nothing else.
+    Each port is a veth whose other end, c<index>a or c<index>b, is a port of bridge c<index>
+    in the wiring namespace (vc.switch_netns): the wire, which tests can cut or shape."""
+
+    index: int  # 0-based position in vc.cables
+    a: str  # inventory name of a host
+    a_if: str  # its port: en2, en3, ...
+    b: str
+    b_if: str
+
+    @property
+    def ends(self) -> list[tuple[str, str]]:
+        return [(self.a, self.a_if), (self.b, self.b_if)]
+
+    def __str__(self) -> str:
+        return f"cable {self.index}: {self.a} {self.a_if} <-> {self.b} {self.b_if}"
+
+
 def sh(argv: list[str], check: bool = True, timeout: float = 60, **kw):
     """Run argv, capture text output; raise CommandError (showing the output) on failure."""
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **kw)
@@ -103,18 +129,48 @@ def sh(argv: list[str], check: bool = True, timeout: float = 60, **kw):
     return proc
 
 
-def parse_shape(shape: str | dict | None) -> dict[str, str]:
-    """'bridge0=10gbit,en0=1gbit' -> {'bridge0': '10gbit', 'en0': '1gbit'}, validated."""
+def cable_pairs(spec: str | list | None, hosts: int) -> list[tuple[int, int]]:
+    """The hosts (0-based positions) each cable joins: 'chain', 'ring', 'mesh', or explicit pairs,
+    '0-1,1-2' or [(0, 1), (1, 2)]. Two cables may join the same two hosts, as on real Macs."""
+    if not spec:
+        return []
+    if spec in CABLE_TOPOLOGIES:
+        need = 3 if spec == "ring" else 2
+        if hosts < need:
+            raise ClusterError(f"cables={spec} needs at least {need} hosts, not {hosts}")
+        if spec == "mesh":
+            return list(itertools.combinations(range(hosts), 2))
+        return [(i, i + 1) for i in range(hosts - 1)] + ([(hosts - 1, 0)] if spec == "ring" else [])
+    usage = (f"cables={spec!r}: use {', '.join(CABLE_TOPOLOGIES)}, or pairs of 0-based host "
+             "positions such as 0-1,1-2")
+    if isinstance(spec, str):
+        items = [item.split("-") for item in spec.split(",") if item]
+        if not all(len(item) == 2 and all(x.isdigit() for x in item) for item in items):
+            raise ClusterError(usage)
+        spec = [[int(x) for x in item] for item in items]
+    pairs = [tuple(pair) for pair in spec]
+    if not pairs or not all(
+        len(p) == 2 and all(type(x) is int for x in p) and p[0] != p[1] for p in pairs
+    ):
+        raise ClusterError(f"{usage} (two different hosts per cable)")
+    if any(not 0 <= x < hosts for p in pairs for x in p):
+        raise ClusterError(f"cables={spec!r}: host positions go from 0 to {hosts - 1}")
+    return pairs
+
+
+def parse_shape(shape: str | dict | None, ifaces: tuple[str, ...]) -> dict[str, str]:
+    """'bridge0=10gbit,en0=1gbit' -> {'bridge0': '10gbit', 'en0': '1gbit'}, validated against the
+    interfaces the cluster's hosts have."""
     if not shape:
         return {}
     if isinstance(shape, str):
         pairs = [item.split("=", 1) for item in shape.split(",") if item]
         if any(len(p) != 2 for p in pairs):
-            raise ClusterError(f"--shape {shape!r}: use IFACE=RATE,..., e.g. bridge0=10gbit")
+            raise ClusterError(f"--shape {shape!r}: use IFACE=RATE,..., e.g. en0=1gbit")
         shape = dict(pairs)
     for iface, rate in shape.items():
-        if iface not in SHAPED_IFACES:
-            raise ClusterError(f"--shape: unknown interface {iface!r}; use one of {SHAPED_IFACES}")
+        if iface not in ifaces:
+            raise ClusterError(f"--shape: unknown interface {iface!r}; use one of {ifaces}")
         if not RATE_RE.match(rate):
             raise ClusterError(f"--shape {iface}={rate!r}: rate must look like 10gbit, 500mbit")
     return dict(shape)
@@ -199,13 +255,16 @@ def _mounts_under(path: Path) -> list[str]:
 
 
 class VirtualCluster:
-    """`with VirtualCluster(hosts=2) as vc:` builds the cluster, and tears it down on exit."""
+    """`with VirtualCluster(hosts=2) as vc:` builds the cluster, and tears it down on exit.
+    `cables` ('chain', 'ring', 'mesh', '0-1,1-2' or [(0, 1), (1, 2)]) cables the hosts point to
+    point instead of bridging them (see Cable)."""
 
     def __init__(
         self,
         hosts: int = 2,
         slots: list[int] | None = None,
         distinct_users: bool = False,
+        cables: str | list | None = None,
         shape: str | dict | None = None,
         cpus: float | None = None,
         extra_vars: dict | None = None,
@@ -218,7 +277,10 @@ class VirtualCluster:
             raise ClusterError(f"slots={slots}: give {hosts} non-negative integers, e.g. 1,2")
         self.n_hosts = hosts
         self.distinct_users = distinct_users
-        self.shape = parse_shape(shape)
+        self.cable_pairs = cable_pairs(cables, hosts)
+        ports = max(collections.Counter(itertools.chain(*self.cable_pairs)).values(), default=0)
+        self.shape = parse_shape(shape, ("en0", *(f"en{2 + n}" for n in range(ports)))
+                                 if self.cable_pairs else ("bridge0", "en0"))
         if cpus is not None and not 0.01 <= cpus <= os.cpu_count():
             raise ClusterError(f"cpus={cpus}: give a share of this machine, 0.01..{os.cpu_count()}")
         self.cpus = cpus
@@ -227,6 +289,7 @@ class VirtualCluster:
         self.id = ""
         self.k = 0
         self.hosts: list[Host] = []
+        self.cables: list[Cable] = []
         self.resources: list[dict] = []
         self.created_dir = False
         self.owns_state = False
@@ -290,6 +353,14 @@ class VirtualCluster:
                 return h
         raise ClusterError(f"no host {host!r} in cluster {self.id}: {[h.name for h in self.hosts]}")
 
+    def cable(self, cable: Cable | int) -> Cable:
+        """A cable by Cable or 0-based position."""
+        if isinstance(cable, Cable):
+            return cable
+        if not 0 <= cable < len(self.cables):
+            raise ClusterError(f"no cable {cable} in cluster {self.id}: it has {len(self.cables)}")
+        return self.cables[cable]
+
     # ----- state ----------------------------------------------------------------------
     def _save(self) -> None:
         state = {
@@ -298,6 +369,7 @@ class VirtualCluster:
             "created_dir": self.created_dir,
             "cpus": self.cpus,
             "hosts": [dataclasses.asdict(h) for h in self.hosts],
+            "cables": [dataclasses.asdict(c) for c in self.cables],
             "resources": self.resources,
         }
         self.owns_state = True
@@ -319,6 +391,7 @@ class VirtualCluster:
         vc.id, vc.k, vc.created_dir = state["id"], state["k"], state["created_dir"]
         vc.cpus = state.get("cpus")
         vc.hosts = [Host(**h) for h in state["hosts"]]
+        vc.cables = [Cable(**c) for c in state.get("cables", [])]
         vc.resources = state["resources"]
         return vc
 
@@ -337,6 +410,8 @@ class VirtualCluster:
             self._make_users()
             for host in self.hosts:
                 self._make_host(host)
+            for cable in self.cables:
+                self._make_cable(cable)
             for host in self.hosts:
                 self._wait_for_sshd(host)
             self._write_controller_files()
@@ -407,6 +482,7 @@ class VirtualCluster:
                 raise ClusterError("no free /24 left in 198.18.0.0/15 for another cluster")
             self._prepare_dir()
             self.hosts = [self._host_spec(i) for i in range(1, self.n_hosts + 1)]
+            self.cables = self._cable_specs()
             self._save()
             # A machine-wide list of clusters, so forgotten ones can be found (`list`).
             entry = REGISTRY / self.id
@@ -423,11 +499,24 @@ class VirtualCluster:
             user=user,
             home=f"/home/{user}",
             en0_ip=str(self.mgmt_subnet[10 + i]),
-            thunderbolt_ip=str(self.thunderbolt_subnet[10 + i]),
+            thunderbolt_ip=None if self.cable_pairs else str(self.thunderbolt_subnet[10 + i]),
             slots=int(self.slots[i - 1]),
             index=i,
             workdir=str(self.dir / f"{self.prefix}-{i}"),
         )
+
+    def _cable_specs(self) -> list[Cable]:
+        """Ports are numbered per host from en2 (en0 is management, en1 Wi-Fi on a Mac) in the
+        order of the host's cables."""
+        next_port = [2] * self.n_hosts
+        cables = []
+        for index, pair in enumerate(self.cable_pairs):
+            ends = []
+            for i in pair:
+                ends += [self.hosts[i].name, f"en{next_port[i]}"]
+                next_port[i] += 1
+            cables.append(Cable(index, *ends))
+        return cables
 
     def _make_networks(self) -> None:
         br = self.mgmt_bridge
@@ -439,10 +528,12 @@ class VirtualCluster:
         # its addresses to the default gateway.
         self._record("route", dst=str(self.thunderbolt_subnet))
         sh(["ip", "route", "add", "unreachable", str(self.thunderbolt_subnet)])
+        # The Thunderbolt wiring: one switch all bridge0s are cabled to, or one wire per cable.
         self._record("netns", name=self.switch_netns)
         sh(["ip", "netns", "add", self.switch_netns])
-        sh(["ip", "-n", self.switch_netns, "link", "add", "switch0", "type", "bridge"])
-        sh(["ip", "-n", self.switch_netns, "link", "set", "switch0", "up"])
+        if not self.cables:
+            sh(["ip", "-n", self.switch_netns, "link", "add", "switch0", "type", "bridge"])
+            sh(["ip", "-n", self.switch_netns, "link", "set", "switch0", "up"])
         # ns files for the persistent mount/UTS namespaces must sit on a private mount.
         ns_dir = self.dir / "ns"
         ns_dir.mkdir()
@@ -529,7 +620,7 @@ class VirtualCluster:
             sh(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"controller@vc{self.id}",
                 "-f", self.controller_key])
         self._make_host_files(host)
-        ns, i, tb = host.netns, host.index, self.switch_netns
+        ns, i = host.netns, host.index
         self._record("netns", name=ns)
         sh(["ip", "netns", "add", ns])
         # en0: management link to the controller's bridge.
@@ -541,7 +632,27 @@ class VirtualCluster:
         sh(["ip", "-n", ns, "addr", "add", f"{host.en0_ip}/24", "dev", "en0"])
         for link in ("lo", "en0"):
             sh(["ip", "-n", ns, "link", "set", link, "up"])
-        # bridge0: a bridge with one port, "cabled" to the Thunderbolt switch namespace.
+        if "en0" in self.shape:
+            self._shape([(None, root_end), (ns, "en0")], self.shape["en0"])
+        # With cables there is no bridge0 at all, as on Macs with the Thunderbolt Bridge off
+        # (cables mode requires it off): a bridge without ports could only mislead a test.
+        if not self.cables:
+            self._make_bridge0(host)
+        self._make_mount_ns(host)
+        if self.cpus is not None:
+            self._make_cpu_cgroup(host)
+        self._start_sshd(host)
+
+    @staticmethod
+    def _shape(ends: list[tuple[str | None, str]], rate: str) -> None:
+        """Shape the egress of both ends of a link: both directions."""
+        for netns, dev in ends:
+            where = ["-n", netns] if netns else []
+            sh(["tc", *where, "qdisc", "add", "dev", dev, "root", *tbf_args(rate)])
+
+    def _make_bridge0(self, host: Host) -> None:
+        """bridge0: a bridge with one port, "cabled" to the Thunderbolt switch namespace."""
+        ns, i, tb = host.netns, host.index, self.switch_netns
         sh(["ip", "-n", tb, "link", "add", f"port{i}", "type", "veth", "peer", "name",
             "thunderbolt0", "netns", ns])
         # Bridge ports carry no addresses, not even IPv6 link-local ones.
@@ -551,16 +662,29 @@ class VirtualCluster:
         sh(["ip", "-n", ns, "link", "set", "thunderbolt0", "addrgenmode", "none"])
         sh(["ip", "-n", ns, "link", "set", "thunderbolt0", "master", "bridge0", "up"])
         sh(["ip", "-n", ns, "link", "set", "bridge0", "up"])
-        for iface, rate in self.shape.items():
-            ends = [(None, root_end), (ns, "en0")] if iface == "en0" else [
-                (tb, f"port{i}"), (ns, "thunderbolt0")]
-            for netns, dev in ends:
-                where = ["-n", netns] if netns else []
-                sh(["tc", *where, "qdisc", "add", "dev", dev, "root", *tbf_args(rate)])
-        self._make_mount_ns(host)
-        if self.cpus is not None:
-            self._make_cpu_cgroup(host)
-        self._start_sshd(host)
+        if "bridge0" in self.shape:
+            self._shape([(tb, f"port{i}"), (ns, "thunderbolt0")], self.shape["bridge0"])
+
+    def _make_cable(self, cable: Cable) -> None:
+        """A cable's wire is a two-port bridge in the wiring namespace rather than one veth pair
+        from port to port: then unplugging it (cable_down) takes the carrier from both ports and
+        leaves their own settings alone, so nothing on a host (`ip link set up` in setup) can
+        plug it back, as with a real cable."""
+        wiring, wire = self.switch_netns, f"c{cable.index}"
+        self._record("link", netns=wiring, name=wire)
+        sh(["ip", "-n", wiring, "link", "add", wire, "type", "bridge"])
+        for side, (name, port) in zip("ab", cable.ends, strict=True):
+            host, end = self.host(name), f"{wire}{side}"
+            self._record("link", netns=wiring, name=end)  # its peer, the port, goes with it
+            sh(["ip", "-n", wiring, "link", "add", end, "type", "veth", "peer", "name", port,
+                "netns", host.netns])
+            # The wire carries frames of any size: only the ports' own MTUs limit them.
+            sh(["ip", "-n", wiring, "link", "set", end, "addrgenmode", "none", "mtu", "65535"])
+            sh(["ip", "-n", wiring, "link", "set", end, "master", wire, "up"])
+            sh(["ip", "-n", host.netns, "link", "set", port, "up"])
+            if port in self.shape:
+                self._shape([(wiring, end), (host.netns, port)], self.shape[port])
+        sh(["ip", "-n", wiring, "link", "set", wire, "up"])
 
     def _make_mount_ns(self, host: Host) -> None:
         for path in (host.mnt_ns, host.uts_ns):
@@ -655,15 +779,21 @@ class VirtualCluster:
             "ansible_ssh_private_key_file": self.controller_key,
             "ansible_ssh_common_args": self.ssh_common_args,
             "ansible_python_interpreter": "/usr/bin/python3",
-            **self.extra_vars,
         }
+        if self.cables:  # the cables' /30s come from the cluster's own 198.19.k.0/24
+            group_vars |= {
+                "thunderbolt_topology": "cables",
+                "thunderbolt_cables": [[c.a, c.a_if, c.b, c.b_if] for c in self.cables],
+                "thunderbolt_cable_pool": str(self.thunderbolt_subnet),
+            }
+        group_vars |= self.extra_vars
         inventory = {
             "cluster": {
                 "hosts": {
                     h.name: {
                         "ansible_host": h.en0_ip,
                         "ansible_user": h.user,
-                        "thunderbolt_ip": h.thunderbolt_ip,
+                        **({"thunderbolt_ip": h.thunderbolt_ip} if h.thunderbolt_ip else {}),
                         "mpi_slots": h.slots,
                     }
                     for h in self.hosts
@@ -714,6 +844,18 @@ class VirtualCluster:
                 "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
                 f"{user or h.user}@{h.en0_ip}", *cmd]
 
+    def cable_down(self, cable: Cable | int) -> None:
+        """Unplug a cable: both its ports lose their carrier, their own settings stay."""
+        self._set_wire(self.cable(cable), "down")
+
+    def cable_up(self, cable: Cable | int) -> None:
+        """Plug a cable back in."""
+        self._set_wire(self.cable(cable), "up")
+
+    def _set_wire(self, cable: Cable, state: str) -> None:
+        for side in "ab":
+            sh(["ip", "-n", self.switch_netns, "link", "set", f"c{cable.index}{side}", state])
+
     def iface_bytes(self, host: Host | str | int, ifname: str) -> tuple[int, int]:
         """(rx_bytes, tx_bytes) of an interface inside the host, from its /sys/class/net."""
         stats = f"/sys/class/net/{ifname}/statistics"
@@ -758,8 +900,9 @@ class VirtualCluster:
     def _undo(r: dict) -> None:
         kind = r["kind"]
         if kind == "link":
-            if sh(["ip", "link", "show", r["name"]], check=False).returncode == 0:
-                sh(["ip", "link", "del", r["name"]])
+            where = ["-n", r["netns"]] if r.get("netns") else []
+            if sh(["ip", *where, "link", "show", r["name"]], check=False).returncode == 0:
+                sh(["ip", *where, "link", "del", r["name"]])
         elif kind == "netns":
             if os.path.exists(f"/run/netns/{r['name']}"):
                 sh(["ip", "netns", "del", r["name"]])
@@ -811,14 +954,17 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--hosts", type=int, required=True)
     up.add_argument("--slots", help="mpi_slots per host, e.g. 1,2,1 (default 1 each)")
     up.add_argument("--distinct-users", action="store_true", help="a different user name per host")
-    up.add_argument("--shape", help="tc tbf rates, e.g. bridge0=10gbit,en0=1gbit")
+    up.add_argument("--cables", help="point-to-point cables instead of bridge0: chain, ring, mesh,"
+                    " or pairs of 0-based host positions, e.g. 0-1,1-2,0-2")
+    up.add_argument("--shape", help="tc tbf rates per interface, both directions, e.g. "
+                    "bridge0=10gbit,en0=1gbit (with --cables: en2=10gbit, every host's en2)")
     up.add_argument("--cpus", type=float, help="cap each host at this many CPUs, e.g. 0.2")
     up.add_argument("--var", action="append", type=_parse_var, default=[], metavar="KEY=VALUE",
                     help="group var for the inventory (value parsed as YAML); repeatable")
     up.add_argument("--dir", required=True, help="new or empty directory for the cluster's files")
     down = sub.add_parser("down", help="remove everything `up` made (idempotent)")
     down.add_argument("--dir", required=True)
-    sub.add_parser("list", help="clusters on this machine: id and DIR")
+    sub.add_parser("list", help="clusters on this machine: id, DIR and cables")
     run = sub.add_parser("run", help="run a command inside a host")
     run.add_argument("--dir", required=True)
     run.add_argument("--user", action="store_true", help="as the host's login user")
@@ -830,19 +976,23 @@ def main(argv: list[str] | None = None) -> int:
         if args.action == "up":
             slots = [int(s) for s in args.slots.split(",")] if args.slots else None
             vc = VirtualCluster(hosts=args.hosts, slots=slots, distinct_users=args.distinct_users,
-                                shape=args.shape, cpus=args.cpus, extra_vars=dict(args.var),
-                                workdir=args.dir)
+                                cables=args.cables, shape=args.shape, cpus=args.cpus,
+                                extra_vars=dict(args.var), workdir=args.dir)
             start = time.monotonic()
             vc.up()
             print(f"cluster {vc.id} up in {time.monotonic() - start:.1f}s: {vc.inventory}")
             for h in vc.hosts:
-                print(f"  {h.name}  {h.user}@{h.en0_ip}  thunderbolt_ip={h.thunderbolt_ip}  "
-                      f"slots={h.slots}")
+                tb = f"thunderbolt_ip={h.thunderbolt_ip}  " if h.thunderbolt_ip else ""
+                print(f"  {h.name}  {h.user}@{h.en0_ip}  {tb}slots={h.slots}")
+            for cable in vc.cables:
+                print(f"  {cable}")
         elif args.action == "list":
             for entry in sorted(REGISTRY.glob("*")) if REGISTRY.is_dir() else []:
                 workdir = entry.read_text().strip()
                 ok = Path(workdir, "state.json").exists()
                 print(f"{entry.name}  {workdir}{'' if ok else '  (state.json gone!)'}")
+                for cable in VirtualCluster.load(workdir).cables if ok else []:
+                    print(f"  {cable}")
         elif args.action == "down":
             if (Path(args.dir) / "state.json").exists():
                 VirtualCluster.load(args.dir).down()
