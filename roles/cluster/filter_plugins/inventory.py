@@ -76,7 +76,7 @@ def prefix_to_netmask(prefix):
     return str(ipaddress.IPv4Network(f"0.0.0.0/{int(prefix)}").netmask)
 
 
-def mlx_hostfile(hosts, backend="ring"):
+def mlx_hostfile(hosts, backend="ring", topology=None):
     """mlx.launch's JSON hostfile in MLX's own format: {"backend", "envs", "hosts"}, with one
     {"ssh", "ips"} host entry per rank, so `mlx.launch --hostfile hosts.json -- ...` starts the
     job train.yml would start (-e backend=ring) without another flag.
@@ -85,14 +85,60 @@ def mlx_hostfile(hosts, backend="ring"):
     (the mpi backend counts the repeats into slots, the ring backend gives each its own port).
     With a single host every rank runs where mlx.launch runs, and mlx.launch starts ranks
     without ssh only for 127.0.0.1.
+
+    topology (cable_topology's result, `cables` topology): for backend ring, jaccl and
+    jaccl-ring the ranks talk over the cables, one per host, as mlx.distributed_config writes
+    it (check cable_backend_errors first; mpi keeps the entries above). ring and jaccl-ring
+    rank the hosts in the ring's order, not always the inventory's (rank 0 stays the first).
     """
     ranked = [h for h in hosts if h["slots"] > 0]
     if len(ranked) == 1:
         entries = [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * ranked[0]["slots"]
-    else:
+    elif topology is None or backend not in topology["backends"]:
         entries = [{"ssh": h["mpi_address"], "ips": [h["ip"]] if h["ip"] else []}
                    for h in ranked for _ in range(h["slots"])]
+    else:
+        entries = _cable_entries(ranked, backend, topology)
     return {"backend": backend, "envs": [], "hosts": entries}
+
+
+def _cable_entries(ranked, backend, topology):
+    """The host entries of a cables hostfile (see mlx_hostfile)."""
+    ends = {}  # (host, peer) -> [(interface, address)], the pair's cables in the plan's order
+    for cable in topology["cables"]:
+        (a, b), (ia, ib), (xa, xb) = cable["hosts"], cable["interfaces"], cable["addresses"]
+        ends.setdefault((a, b), []).append((ia, xa))
+        ends.setdefault((b, a), []).append((ib, xb))
+    if not topology["backends"][backend]:
+        raise ValueError(f"the cables cannot carry backend {backend} (cable_backend_errors "
+                         "says why)")
+    by_name = {h["name"]: h for h in ranked}
+    order = list(topology["ring"]) if backend in ("ring", "jaccl-ring") else list(by_name)
+    if backend == "jaccl":
+        width = min(len(ends.get((a, b), [])) for a in order for b in order if a != b)
+    else:
+        width = topology["ring_width"]
+
+    def devices(host, peer):
+        names = [f"rdma_{interface}" for interface, _ in ends[host, peer][:width]]
+        return names[0] if width == 1 else names
+
+    entries = []
+    for rank, name in enumerate(order):
+        left, right = order[rank - 1], order[(rank + 1) % len(order)]
+        host = by_name[name]
+        if backend == "ring":  # rank r listens where rank r-1 connects: on the cable to it
+            entries.append({"ssh": host["mpi_address"],
+                            "ips": [address for _, address in ends[name, left][:width]]})
+            continue
+        if rank == 0 and not host["ip"]:
+            raise ValueError(f"{name}: no IP address for the {backend} coordinator (rank 0) — "
+                             "set ansible_host to its IP address, or gather facts")
+        peers = order if backend == "jaccl" else (left, right)
+        entries.append({"ssh": host["mpi_address"], "ips": [host["ip"]] if host["ip"] else [],
+                        "rdma": [devices(name, peer) if peer != name and peer in peers else None
+                                 for peer in order]})
+    return entries
 
 
 def _check_prefix(prefix):
