@@ -91,38 +91,29 @@ def test_the_ranks_follow_the_ring_not_the_inventory():
     assert topology["ring"] == ["m1", "m3", "m2", "m4"]
 
 
-def test_a_chain_is_refused_naming_the_cable_that_closes_it():
-    _, _, topology = topology_of("chain of 3")
-    assert top.cable_backend_errors(topology, "ring") == [
-        "ring: the cables between m1, m2, m3 form a chain, and ring needs a ring through every "
-        "host that runs ranks — add a cable m1 - m3 to close the chain into a ring, or use "
-        "backend mpi (over the management network)"
-    ]
-    assert top.cable_backend_errors(topology, "jaccl") == [
-        "jaccl: the cables between m1, m2, m3 form a chain, and jaccl needs a cable between "
-        "every two hosts — add the cable(s) m1 - m3, or use backend jaccl-ring or ring, which "
-        "need a ring"
-    ]
+@pytest.mark.parametrize(("name", "backend", "message"), [
+    ("chain of 3", "ring",
+     "ring: the cables between m1, m2, m3 form a chain, and ring needs a ring through every host "
+     "that runs ranks — add a cable m1 - m3 to close the chain into a ring, or use backend mpi "
+     "(over the management network)"),
+    ("chain of 3", "jaccl",
+     "jaccl: the cables between m1, m2, m3 form a chain, and jaccl needs a cable between every "
+     "two hosts — add the cable(s) m1 - m3, or use backend jaccl-ring or ring, which need a "
+     "ring"),
+    ("ring of 4, crossed", "jaccl",
+     "jaccl: the cables between m1, m2, m3, m4 form a ring, and jaccl needs a cable between "
+     "every two hosts — add the cable(s) m1 - m2, m3 - m4, or use backend jaccl-ring or ring, "
+     "which need a ring"),
+    ("star of 4", "jaccl-ring",
+     "jaccl-ring: the cables between m1, m2, m3, m4 form no chain, ring or full mesh, and "
+     "jaccl-ring needs a ring through every host that runs ranks — cable the hosts as a ring "
+     "(each to the next, the last to the first), or use backend mpi (over the management "
+     "network)"),
+])
+def test_refusals_name_the_shape_and_the_fix(name, backend, message):
+    topology = topology_of(name)[2]
+    assert top.cable_backend_errors(topology, backend) == [message]
     assert top.cable_backend_errors(topology, "mpi") == []
-
-
-def test_a_ring_is_refused_for_jaccl_naming_the_missing_cables():
-    _, _, topology = topology_of("ring of 4, crossed")
-    assert top.cable_backend_errors(topology, "jaccl") == [
-        "jaccl: the cables between m1, m2, m3, m4 form a ring, and jaccl needs a cable between "
-        "every two hosts — add the cable(s) m1 - m2, m3 - m4, or use backend jaccl-ring or "
-        "ring, which need a ring"
-    ]
-
-
-def test_a_star_is_refused_as_no_ring():
-    _, _, topology = topology_of("star of 4")
-    assert top.cable_backend_errors(topology, "jaccl-ring") == [
-        "jaccl-ring: the cables between m1, m2, m3, m4 form no chain, ring or full mesh, and "
-        "jaccl-ring needs a ring through every host that runs ranks — cable the hosts as a ring "
-        "(each to the next, the last to the first), or use backend mpi (over the management "
-        "network)"
-    ]
 
 
 def test_a_host_without_cable_is_named():
