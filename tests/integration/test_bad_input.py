@@ -128,6 +128,22 @@ ROWS = [
                "b": nowhere(2, thunderbolt_ip="198.19.2.2")},
               "a: thunderbolt_prefix 16 is set for this host only, while b use the default",
               "thunderbolt_prefix on one host only"),
+    # The `cables` topology (roles/cluster/filter_plugins/inventory.py: cable_errors).
+    inventory({"a": nowhere(1, thunderbolt_topology="ring"),
+               "b": nowhere(2, thunderbolt_topology="ring")},
+              "cluster: thunderbolt_topology 'ring' is not a topology", "topology typo"),
+    inventory({"a": nowhere(1, thunderbolt_topology="cables"), "b": nowhere(2)},
+              "a: thunderbolt_topology cables is set for this host only",
+              "topology on one host only"),
+    inventory({h: nowhere(i, thunderbolt_topology="cables", thunderbolt_ip=f"198.19.0.{i}")
+               for i, h in ((1, "a"), (2, "b"))},
+              "a: thunderbolt_ip 198.19.0.1 is set while thunderbolt_topology is cables",
+              "thunderbolt_ip with cables"),
+    inventory({h: nowhere(i, thunderbolt_topology="cables", thunderbolt_cable_pool="198.18.0.0/30",
+                          thunderbolt_cables=[["a", "en2", "b", "en2"], ["b", "en2", "c", "en3"]])
+               for i, h in ((1, "a"), (2, "b"))},
+              "cluster: thunderbolt_cables entry 2 names 'c', which is not in the inventory",
+              "cable to an unknown host"),
 ]
 
 

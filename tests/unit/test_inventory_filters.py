@@ -206,6 +206,164 @@ def test_all_errors_are_reported_at_once():
     ]
 
 
+# --- cluster_inventory_errors: the `cables` topology ---------------------------------------------
+
+POOL = "198.18.0.0/24"
+
+
+def cabled(cables=None, **overrides):
+    """Three Macs in `cables` mode (set on every host, as a group var is), no thunderbolt_ip."""
+    hostvars = {f"mac{i}": {"ansible_host": f"198.19.1.{i}", "thunderbolt_topology": "cables",
+                            "thunderbolt_cable_pool": POOL,
+                            "thunderbolt_cables": cables or []} for i in (1, 2, 3)}
+    for host, values in overrides.items():
+        hostvars.setdefault(host, {}).update(values)
+    return hostvars
+
+
+RING = [["mac1", "en2", "mac2", "en3"], ["mac2", "en2", "mac3", "en3"],
+        ["mac3", "en2", "mac1", "en3"]]
+
+
+def test_cables_topology_is_valid():
+    assert errors(cabled(RING)) == []
+    assert errors(cabled([])) == []  # the Macs discover their cables
+
+
+def test_cables_as_defaults_are_checked_too():
+    hostvars = {h: {"ansible_host": f"198.19.1.{i}"} for i, h in enumerate(["m1", "m2"], 1)}
+    found = inv.cluster_inventory_errors(hostvars, ["m1", "m2"], 24, topology="cables",
+                                         pool="198.18.0.0/31", cables=[])
+    assert found == ["cluster: thunderbolt_cable_pool 198.18.0.0/31 is smaller than the /30 one "
+                     "cable needs — use a /24 (room for 64 cables), e.g. 198.18.0.0/24"]
+
+
+def test_unknown_topology():
+    assert errors(cabled(**{h: {"thunderbolt_topology": "cable"}
+                            for h in ("mac1", "mac2", "mac3")})) == [
+        "cluster: thunderbolt_topology 'cable' is not a topology — use bridge: one thunderbolt_ip "
+        "per host on the Thunderbolt Bridge; cables: the bridge off, one /30 per cable from "
+        "thunderbolt_cable_pool"
+    ]
+
+
+def test_topology_on_some_hosts_only():
+    hostvars = two_macs(mac1={"thunderbolt_topology": "cables"})
+    assert errors(hostvars) == [
+        "mac1: thunderbolt_topology cables is set for this host only, while mac2 use the default "
+        "— thunderbolt_topology applies to the whole cluster: set it once under `cluster: vars:` "
+        "(or on every host)"
+    ]
+
+
+def test_thunderbolt_ip_is_refused_with_cables():
+    assert errors(cabled(RING, mac2={"thunderbolt_ip": "198.19.0.2"})) == [
+        "mac2: thunderbolt_ip 198.19.0.2 is set while thunderbolt_topology is cables, where each "
+        "cable gets its addresses from thunderbolt_cable_pool and the Thunderbolt Bridge is off — "
+        "remove thunderbolt_ip, or set thunderbolt_topology: bridge"
+    ]
+
+
+@pytest.mark.parametrize(("pool", "message"), [
+    ("198.18.0", "cluster: thunderbolt_cable_pool '198.18.0' is not an IPv4 network — write it "
+                 "as address/prefix length, e.g. 10.213.0.0/24"),
+    ("2001:db8::/64", "cluster: thunderbolt_cable_pool '2001:db8::/64' is not an IPv4 network"),
+    ("198.18.0.0", "cluster: thunderbolt_cable_pool 198.18.0.0 has no prefix length — write the "
+                   "network, e.g. 198.18.0.0/24"),
+    ("198.18.0.7/24", "cluster: thunderbolt_cable_pool 198.18.0.7/24 is not a network address — "
+                      "use 198.18.0.0/24"),
+    ("169.254.0.0/16", "cluster: thunderbolt_cable_pool 169.254.0.0/16 is a loopback, "
+                       "link-local, multicast or reserved range — use a private range such as "
+                       "10.213.0.0/24"),
+    ("198.18.0.0/29", "cluster: thunderbolt_cable_pool 198.18.0.0/29 holds 2 cable(s) (a /30 "
+                      "each) but there are 3 — use a /28 or larger, e.g. 198.18.0.0/28"),
+])
+def test_bad_pool(pool, message):
+    hostvars = cabled(RING, **{h: {"thunderbolt_cable_pool": pool} for h in ("mac1", "mac2",
+                                                                             "mac3")})
+    [found] = errors(hostvars)
+    assert found.startswith(message), found
+
+
+def test_a_host_reached_inside_the_pool():
+    assert errors(cabled(RING, mac3={"ansible_host": "198.18.0.9"})) == [
+        "mac3: ansible_host 198.18.0.9 is inside thunderbolt_cable_pool 198.18.0.0/24 — set "
+        "thunderbolt_cable_pool to a range no host is reached on"
+    ]
+
+
+def test_cables_not_a_list():
+    assert errors(cabled("mac1 en2 mac2 en3")) == [
+        "cluster: thunderbolt_cables 'mac1 en2 mac2 en3' is not a list — write a list of cables, "
+        "each [host_a, interface_a, host_b, interface_b], e.g. [[mac1, en2, mac2, en3]]"
+    ]
+
+
+def test_a_cable_of_the_wrong_form():
+    assert errors(cabled([["mac1", "en2", "mac2"], ["mac1", "en3", "mac2", 3]])) == [
+        "cluster: thunderbolt_cables entry 1 ['mac1', 'en2', 'mac2'] is not [host_a, "
+        "interface_a, host_b, interface_b] — write each cable as four names, e.g. [mac1, en2, "
+        "mac2, en3]",
+        "cluster: thunderbolt_cables entry 2 ['mac1', 'en3', 'mac2', 3] is not [host_a, "
+        "interface_a, host_b, interface_b] — write each cable as four names, e.g. [mac1, en2, "
+        "mac2, en3]",
+    ]
+
+
+def test_a_cable_to_an_unknown_host():
+    assert errors(cabled([["mac1", "en2", "mac9", "en3"]])) == [
+        "cluster: thunderbolt_cables entry 1 names 'mac9', which is not in the inventory group "
+        "`cluster` — use the inventory names (mac1, mac2, mac3)"
+    ]
+
+
+def test_a_cable_with_a_bad_interface_name():
+    assert errors(cabled([["mac1", "-en2", "mac2", "Thunderbolt 1"]])) == [
+        "mac1: thunderbolt_cables entry 1 interface '-en2' is not an interface name — use the "
+        "device `networksetup -listallhardwareports` shows for the port (macOS, e.g. en2) or "
+        "`ip link` shows (Linux)",
+        "mac2: thunderbolt_cables entry 1 interface 'Thunderbolt 1' is not an interface name — "
+        "use the device `networksetup -listallhardwareports` shows for the port (macOS, e.g. "
+        "en2) or `ip link` shows (Linux)",
+    ]
+
+
+def test_a_host_cabled_to_itself():
+    assert errors(cabled([["mac2", "en2", "mac2", "en3"]])) == [
+        "mac2: thunderbolt_cables entry 1 (mac2 en2 - mac2 en3) cables mac2 to itself — a cable "
+        "joins two different hosts: check the host names"
+    ]
+
+
+def test_a_cable_listed_twice_either_way_round():
+    assert errors(cabled(RING + [["mac3", "en3", "mac2", "en2"]])) == [
+        "cluster: thunderbolt_cables entries 2 and 4 are the same cable (mac3 en3 - mac2 en2) — "
+        "list each cable once"
+    ]
+
+
+def test_one_port_in_two_cables():
+    assert errors(cabled(RING[:2] + [["mac3", "en3", "mac1", "en3"]])) == [
+        "mac3: en3 is in thunderbolt_cables entries 2 and 3 — a port takes one cable: correct "
+        "the interface (or host) of one of them"
+    ]
+
+
+def test_the_same_checks_for_discovered_cables():
+    assert inv.cable_errors([["mac1", "en6", "mac1", "en6"]], ["mac1"], POOL) == [
+        "mac1: thunderbolt_cables entry 1 (mac1 en6 - mac1 en6) cables mac1 to itself — a cable "
+        "joins two different hosts: check the host names"
+    ]
+    assert inv.cable_errors(None, ["mac1"], POOL) == []
+
+
+def test_cables_are_ignored_in_bridge_mode():
+    hostvars = two_macs()
+    for hv in hostvars.values():
+        hv["thunderbolt_cables"] = [["mac1", "en2", "nowhere", "en3"]]
+    assert errors(hostvars) == []
+
+
 # --- cluster_hosts, launch_host, prefix_to_netmask ---------------------------------------------
 
 

@@ -44,7 +44,9 @@ def hostfile_problems(text, hosts):
 
 
 def hosts_json_problems(text, expected):
-    """What differs between hosts.json and mlx_hostfile(cluster_hosts)."""
+    """What differs between hosts.json and mlx_hostfile(cluster_hosts[, backend, topology]):
+    the ranks' ssh names, the backend and envs, and each rank's ips and rdma devices (over
+    cables: its cable addresses and its RDMA device matrix row)."""
     try:
         found = json.loads(text)
     except ValueError as err:
@@ -53,11 +55,20 @@ def hosts_json_problems(text, expected):
         return []
     if not isinstance(found, dict):
         return ["a list of hosts, not MLX's {backend, envs, hosts} format"]
-    got = [e.get("ssh") if isinstance(e, dict) else e for e in found.get("hosts") or []]
+    entries = [e if isinstance(e, dict) else {"ssh": e} for e in found.get("hosts") or []]
+    got = [e.get("ssh") for e in entries]
     want = [e["ssh"] for e in expected["hosts"]]
     if got != want:
         return [f"ssh entries {got}, inventory gives {want}"]
-    return ["differs: " + json.dumps(found) + " vs " + json.dumps(expected)]
+    problems = [f"{key} {found.get(key)!r}, expected {expected[key]!r}"
+                for key in ("backend", "envs") if found.get(key) != expected[key]]
+    for rank, (entry, wanted) in enumerate(zip(entries, expected["hosts"], strict=True)):
+        problems += [
+            f"rank {rank} ({wanted['ssh']}): {key} {entry.get(key)}, expected {wanted.get(key)}"
+            for key in ("ips", "rdma")
+            if entry.get(key, []) != wanted.get(key, [])  # mlx.launch reads a missing list as []
+        ]
+    return problems or ["differs: " + json.dumps(found) + " vs " + json.dumps(expected)]
 
 
 class FilterModule:

@@ -76,7 +76,7 @@ def prefix_to_netmask(prefix):
     return str(ipaddress.IPv4Network(f"0.0.0.0/{int(prefix)}").netmask)
 
 
-def mlx_hostfile(hosts, backend="ring"):
+def mlx_hostfile(hosts, backend="ring", topology=None):
     """mlx.launch's JSON hostfile in MLX's own format: {"backend", "envs", "hosts"}, with one
     {"ssh", "ips"} host entry per rank, so `mlx.launch --hostfile hosts.json -- ...` starts the
     job train.yml would start (-e backend=ring) without another flag.
@@ -85,14 +85,60 @@ def mlx_hostfile(hosts, backend="ring"):
     (the mpi backend counts the repeats into slots, the ring backend gives each its own port).
     With a single host every rank runs where mlx.launch runs, and mlx.launch starts ranks
     without ssh only for 127.0.0.1.
+
+    topology (cable_topology's result, `cables` topology): for backend ring, jaccl and
+    jaccl-ring the ranks talk over the cables, one per host, as mlx.distributed_config writes
+    it (check cable_backend_errors first; mpi keeps the entries above). ring and jaccl-ring
+    rank the hosts in the ring's order, not always the inventory's (rank 0 stays the first).
     """
     ranked = [h for h in hosts if h["slots"] > 0]
     if len(ranked) == 1:
         entries = [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * ranked[0]["slots"]
-    else:
+    elif topology is None or backend not in topology["backends"]:
         entries = [{"ssh": h["mpi_address"], "ips": [h["ip"]] if h["ip"] else []}
                    for h in ranked for _ in range(h["slots"])]
+    else:
+        entries = _cable_entries(ranked, backend, topology)
     return {"backend": backend, "envs": [], "hosts": entries}
+
+
+def _cable_entries(ranked, backend, topology):
+    """The host entries of a cables hostfile (see mlx_hostfile)."""
+    ends = {}  # (host, peer) -> [(interface, address)], the pair's cables in the plan's order
+    for cable in topology["cables"]:
+        (a, b), (ia, ib), (xa, xb) = cable["hosts"], cable["interfaces"], cable["addresses"]
+        ends.setdefault((a, b), []).append((ia, xa))
+        ends.setdefault((b, a), []).append((ib, xb))
+    if not topology["backends"][backend]:
+        raise ValueError(f"the cables cannot carry backend {backend} (cable_backend_errors "
+                         "says why)")
+    by_name = {h["name"]: h for h in ranked}
+    order = list(topology["ring"]) if backend in ("ring", "jaccl-ring") else list(by_name)
+    if backend == "jaccl":
+        width = min(len(ends.get((a, b), [])) for a in order for b in order if a != b)
+    else:
+        width = topology["ring_width"]
+
+    def devices(host, peer):
+        names = [f"rdma_{interface}" for interface, _ in ends[host, peer][:width]]
+        return names[0] if width == 1 else names
+
+    entries = []
+    for rank, name in enumerate(order):
+        left, right = order[rank - 1], order[(rank + 1) % len(order)]
+        host = by_name[name]
+        if backend == "ring":  # rank r listens where rank r-1 connects: on the cable to it
+            entries.append({"ssh": host["mpi_address"],
+                            "ips": [address for _, address in ends[name, left][:width]]})
+            continue
+        if rank == 0 and not host["ip"]:
+            raise ValueError(f"{name}: no IP address for the {backend} coordinator (rank 0) — "
+                             "set ansible_host to its IP address, or gather facts")
+        peers = order if backend == "jaccl" else (left, right)
+        entries.append({"ssh": host["mpi_address"], "ips": [host["ip"]] if host["ip"] else [],
+                        "rdma": [devices(name, peer) if peer != name and peer in peers else None
+                                 for peer in order]})
+    return entries
 
 
 def _check_prefix(prefix):
@@ -306,7 +352,8 @@ def _check_thunderbolt_ip(name, value, prefix):
 
 # Settings that mean one thing for the whole cluster: a value on some hosts only would be
 # used by those hosts alone (Ansible gives each host its own variables), so it is an error.
-GROUP_SETTINGS = ("thunderbolt_prefix", "thunderbolt_interface")
+GROUP_SETTINGS = ("thunderbolt_prefix", "thunderbolt_interface", "thunderbolt_topology",
+                  "thunderbolt_cable_pool", "thunderbolt_cables")
 
 
 def _group_setting(hostvars, hosts, setting, default):
@@ -352,10 +399,150 @@ def _check_unique(entries):
     return errors
 
 
-def cluster_inventory_errors(hostvars, hosts, prefix, interface="bridge0"):
+TOPOLOGIES = {
+    "bridge": "one thunderbolt_ip per host on the Thunderbolt Bridge",
+    "cables": "the bridge off, one /30 per cable from thunderbolt_cable_pool",
+}
+
+
+def _check_topology(topology):
+    if str(topology) in TOPOLOGIES:
+        return []
+    choices = "; ".join(f"{name}: {meaning}" for name, meaning in TOPOLOGIES.items())
+    return [f"cluster: thunderbolt_topology {str(topology)!r} is not a topology — use {choices}"]
+
+
+def _pool_errors(pool, cables):
+    """(the pool as a network or None, errors): an IPv4 network with room for every cable."""
+    field = "cluster: thunderbolt_cable_pool"
+    text = str(pool)
+    try:
+        network = ipaddress.IPv4Network(text, strict=False)
+    except ValueError:
+        return None, [f"{field} {pool!r} is not an IPv4 network — write it as address/prefix "
+                      "length, e.g. 10.213.0.0/24"]
+    if "/" not in text:
+        return None, [f"{field} {text} has no prefix length — write the network, e.g. {text}/24"]
+    if str(network.network_address) != text.split("/")[0].strip():
+        return None, [f"{field} {text} is not a network address — use {network}"]
+    if network.is_loopback or network.is_multicast or network.is_link_local or network.is_reserved:
+        return None, [f"{field} {network} is a loopback, link-local, multicast or reserved range "
+                      "— use a private range such as 10.213.0.0/24"]
+    room = network.num_addresses // 4  # a /30 per cable
+    if not room:
+        return None, [f"{field} {network} is smaller than the /30 one cable needs — use a /24 "
+                      f"(room for 64 cables), e.g. {network.supernet(new_prefix=24)}"]
+    if len(cables) > room:
+        prefix = 32 - (len(cables) * 4 - 1).bit_length()
+        return network, [
+            f"{field} {network} holds {room} cable(s) (a /30 each) but there are {len(cables)} — "
+            f"use a /{prefix} or larger, e.g. {network.supernet(new_prefix=prefix)}"
+        ]
+    return network, []
+
+
+def _cable_label(cable):
+    return f"{cable[0]} {cable[1]} - {cable[2]} {cable[3]}"
+
+
+def cable_errors(cables, hosts, pool):
+    """What makes a cable list unusable for the `cables` topology, one message each with its fix.
+
+    cables: thunderbolt_cables or what discovery found, each [host_a, interface_a, host_b,
+    interface_b]; hosts: the inventory names; pool: thunderbolt_cable_pool. Checked: the pool,
+    the form of each cable, its hosts and interface names, a host cabled to itself, the same cable
+    listed twice, one port in two cables. Cables that pass can be given to cable_plan.
+    """
+    hosts = [str(h) for h in hosts]
+    if cables is None or cables == "":
+        cables = []
+    if not isinstance(cables, (list, tuple)):
+        return [
+            f"cluster: thunderbolt_cables {cables!r} is not a list — write a list of cables, each "
+            "[host_a, interface_a, host_b, interface_b], e.g. [[mac1, en2, mac2, en3]]"
+        ]
+    errors = _pool_errors(pool, cables)[1]
+    good = []
+    for number, cable in enumerate(cables, 1):
+        entry = f"thunderbolt_cables entry {number}"
+        if not (isinstance(cable, (list, tuple)) and len(cable) == 4
+                and all(isinstance(item, str) for item in cable)):
+            errors.append(f"cluster: {entry} {cable!r} is not [host_a, interface_a, host_b, "
+                          "interface_b] — write each cable as four names, e.g. [mac1, en2, mac2, "
+                          "en3]")
+            continue
+        problems = []
+        for host in (cable[0], cable[2]):
+            if host not in hosts:
+                listed = ", ".join(hosts[:3]) + (" ..." if len(hosts) > 3 else "")
+                problems.append(f"cluster: {entry} names {host!r}, which is not in the inventory "
+                                f"group `cluster` — use the inventory names ({listed})")
+        for host, interface in ((cable[0], cable[1]), (cable[2], cable[3])):
+            if not _INTERFACE.fullmatch(interface):
+                problems.append(
+                    f"{_label(host)}: {entry} interface {interface!r} is not an interface name — "
+                    "use the device `networksetup -listallhardwareports` shows for the port "
+                    "(macOS, e.g. en2) or `ip link` shows (Linux)"
+                )
+        if cable[0] == cable[2] and not problems:
+            problems.append(f"{_label(cable[0])}: {entry} ({_cable_label(cable)}) cables "
+                            f"{cable[0]} to itself — a cable joins two different hosts: check "
+                            "the host names")
+        errors += problems
+        if not problems:
+            good.append((number, cable))
+    errors += _port_errors(good)
+    return errors
+
+
+def _port_errors(numbered):
+    """The same cable listed twice, and a port (host, interface) in two different cables."""
+    errors = []
+    cables = {}
+    ports = {}
+    for number, cable in numbered:
+        ends = frozenset({(cable[0], cable[1]), (cable[2], cable[3])})
+        if ends in cables:
+            errors.append(
+                f"cluster: thunderbolt_cables entries {cables[ends]} and {number} are the same "
+                f"cable ({_cable_label(cable)}) — list each cable once"
+            )
+            continue
+        cables[ends] = number
+        for host, interface in sorted(ends):
+            if (host, interface) in ports:
+                errors.append(
+                    f"{_label(host)}: {interface} is in thunderbolt_cables entries "
+                    f"{ports[host, interface]} and {number} — a port takes one cable: correct "
+                    "the interface (or host) of one of them"
+                )
+            else:
+                ports[host, interface] = number
+    return errors
+
+
+def _pool_overlap_errors(hostvars, hosts, pool):
+    """Hosts Ansible reaches on an address inside the cable pool, which the cables would shadow."""
+    network = _pool_errors(pool, [])[0]
+    if network is None:
+        return []
+    errors = []
+    for name in hosts:
+        address = str(hostvars[name].get("ansible_host") or name)
+        if _is_address(address) and ipaddress.ip_address(address) in network:
+            errors.append(
+                f"{_label(name)}: ansible_host {address} is inside thunderbolt_cable_pool "
+                f"{network} — set thunderbolt_cable_pool to a range no host is reached on"
+            )
+    return errors
+
+
+def cluster_inventory_errors(hostvars, hosts, prefix, interface="bridge0", topology="bridge",
+                             pool=None, cables=None):
     """Every problem with the `cluster` inventory, one message per host and field with its fix.
 
-    prefix and interface are the role defaults of thunderbolt_prefix and thunderbolt_interface,
+    prefix, interface, topology, pool and cables are the role defaults of thunderbolt_prefix,
+    thunderbolt_interface, thunderbolt_topology, thunderbolt_cable_pool and thunderbolt_cables,
     used when no host sets them. An empty list means the inventory is usable. Nothing stops at
     the first error, so a user fixes everything in one go. Everything that passes is safe to
     write into ~/.ssh/config, known_hosts, authorized_keys, hostfiles and command lines.
@@ -375,6 +562,15 @@ def cluster_inventory_errors(hostvars, hosts, prefix, interface="bridge0"):
     errors += group_errors
     if not group_errors:
         errors += _check_interface("cluster", interface)
+    topology, group_errors = _group_setting(hostvars, hosts, "thunderbolt_topology", topology)
+    errors += group_errors + _check_topology(topology)
+    cabled = str(topology) == "cables" and not group_errors  # else one error is enough
+    if cabled:
+        pool, group_errors = _group_setting(hostvars, hosts, "thunderbolt_cable_pool", pool)
+        errors += group_errors
+        cables, group_errors = _group_setting(hostvars, hosts, "thunderbolt_cables", cables)
+        errors += group_errors + cable_errors(cables, hosts, pool)
+        errors += _pool_overlap_errors(hostvars, hosts, pool)
     identities = []
     networks = {}
     with_tb = [h for h in hosts if hostvars[h].get("thunderbolt_ip")]
@@ -388,13 +584,20 @@ def cluster_inventory_errors(hostvars, hosts, prefix, interface="bridge0"):
         errors += _check_user(name, hv)
         errors += _check_port(name, hv)
         errors += _check_slots(name, hv)
-        if hv.get("thunderbolt_ip"):
+        if hv.get("thunderbolt_ip") and cabled:
+            errors.append(
+                f"{_label(name)}: thunderbolt_ip {hv['thunderbolt_ip']} is set while "
+                "thunderbolt_topology is cables, where each cable gets its addresses from "
+                "thunderbolt_cable_pool and the Thunderbolt Bridge is off — remove thunderbolt_ip, "
+                "or set thunderbolt_topology: bridge"
+            )
+        elif hv.get("thunderbolt_ip"):
             identities.append((name, "thunderbolt_ip", hv["thunderbolt_ip"]))
             network, tb_errors = _check_thunderbolt_ip(name, hv["thunderbolt_ip"], prefix)
             errors += tb_errors
             if network is not None:
                 networks[name] = (hv["thunderbolt_ip"], network)
-        elif with_tb:
+        elif with_tb and not cabled:
             errors.append(
                 f"{_label(name)}: thunderbolt_ip is missing while {_label(with_tb[0])} has one — "
                 "set thunderbolt_ip on every host of `cluster`, or on none"
@@ -463,6 +666,7 @@ class FilterModule:
     def filters(self):
         return {
             "cluster_hosts": cluster_hosts,
+            "cable_errors": cable_errors,
             "cluster_inventory_errors": cluster_inventory_errors,
             "hostname_count_errors": hostname_count_errors,
             "launch_host": launch_host,
