@@ -1,7 +1,7 @@
 """Filters for the macos role's GPU wired-memory limit (mlx_wired_limit_mb): what `sysctl -n`
 prints, and whether setup must set `iogpu.wired_limit_mb` or its boot-time LaunchDaemon.
 
-`sysctl -n iogpu.wired_limit_mb` prints the limit in MB (0: macOS' own, about 3/4 of memory),
+`sysctl -n iogpu.wired_limit_mb` prints the limit in MB (0: macOS' own heuristic),
 `sysctl -n hw.memsize` the memory in bytes; `sudo sysctl iogpu.wired_limit_mb=N` prints
 "iogpu.wired_limit_mb: 0 -> N". The name exists from macOS 14 (Sonoma) on.
 """
