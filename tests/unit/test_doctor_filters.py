@@ -248,7 +248,7 @@ def mac_inspection(*, firewall="", listing="", custom="", pmset=None, wired_now=
     plans = {name: load(f"roles/macos/filter_plugins/{name}.py")
              for name in ("pmset", "socketfilterfw", "wired_limit")}
     return {
-        "pmset": plans["pmset"].pmset_plan(pm.ran(custom or pm.CUSTOM_LAPTOP), pmset or {}),
+        "pmset": plans["pmset"].pmset_plan(pm.ran(custom or pm.CUSTOM_AC_AWAKE), pmset or {}),
         "wired": plans["wired_limit"].wired_limit_plan(wl.probe(wired_now, daemon), limit,
                                                        wl.daemon_plist(limit)),
         "firewall": plans["socketfilterfw"].socketfilterfw_plan(
@@ -277,7 +277,7 @@ def test_a_mac_left_as_it_was_is_all_ok():
     assert rows["mac_firewall"]["detail"] == "Application Firewall off"
     assert rows["mac_wired"]["detail"] == ("not requested; iogpu.wired_limit_mb 0 of 36864 MB "
                                            "(macOS' own)")
-    assert rows["mac_sleep"]["detail"] == "nothing requested; sleep: Battery Power 1, AC Power 1"
+    assert rows["mac_sleep"]["detail"] == "nothing requested; sleep: Battery Power 1, AC Power 0"
 
 
 def test_a_firewall_without_rules_for_open_mpi_fails_naming_them_and_the_fix():

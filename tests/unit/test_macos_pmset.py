@@ -5,11 +5,9 @@ Samples, layout kept byte for byte:
   (macOS Ventura, 2023): a name with spaces, a value with a note, a path value.
 - CUSTOM_DESKTOP: `pmset -g custom` in leggod/B460M-MORTAR-Hackintosh#14 (macOS 13.2, a desktop:
   AC Power only; the pasted output starts with a line of spaces).
-- CUSTOM_LAPTOP: `pmset -g custom` of an Apple M3 Max MacBook Pro, macOS 14.4 (23E214), in the
-  benchmark environment notes of a public repository (found with the search tool's exact-text
-  look-up, "lessbright           1").
-- CUSTOM_AC_AWAKE: `pmset -g custom` ("power settings before") in another public repository's
-  benchmark record: sleep and disksleep already 0 on AC Power, not on battery.
+- CUSTOM_AC_AWAKE: `pmset -g custom` of an Apple-silicon laptop ("power settings before") in a
+  public repository's benchmark record, found with the search tool's exact-text look-up
+  ("lessbright           1"): sleep and disksleep already 0 on AC Power, not on battery.
 """
 
 from tests.unit.plugins import load
@@ -55,37 +53,6 @@ AC Power:
  sleep                1
  tcpkeepalive         0
  autorestart          0
- disksleep            10
-"""
-
-CUSTOM_LAPTOP = """Battery Power:
- Sleep On Power Button 1
- powermode            0
- standby              1
- ttyskeepawake        1
- hibernatemode        3
- powernap             1
- hibernatefile        /var/vm/sleepimage
- displaysleep         10
- womp                 0
- networkoversleep     0
- sleep                1
- lessbright           1
- tcpkeepalive         1
- disksleep            10
-AC Power:
- Sleep On Power Button 1
- powermode            0
- standby              1
- ttyskeepawake        1
- hibernatemode        3
- powernap             1
- hibernatefile        /var/vm/sleepimage
- displaysleep         0
- womp                 1
- networkoversleep     0
- sleep                1
- tcpkeepalive         1
  disksleep            10
 """
 
@@ -140,16 +107,16 @@ def test_pmset_g_sections_names_with_spaces_notes_and_paths():
 
 def test_custom_sections_one_per_power_source():
     assert list(pmset.pmset_sections(CUSTOM_DESKTOP)) == ["AC Power"]
-    laptop = pmset.pmset_sections(CUSTOM_LAPTOP)
+    laptop = pmset.pmset_sections(CUSTOM_AC_AWAKE)
     assert list(laptop) == ["Battery Power", "AC Power"]
     assert laptop["Battery Power"]["lessbright"] == 1 and "lessbright" not in laptop["AC Power"]
-    assert laptop["AC Power"]["displaysleep"] == 0 and laptop["Battery Power"]["displaysleep"] == 10
+    assert laptop["AC Power"]["disksleep"] == 0 and laptop["Battery Power"]["disksleep"] == 10
 
 
 def test_nothing_requested_changes_nothing():
-    plan = pmset.pmset_plan(ran(CUSTOM_LAPTOP), {})
+    plan = pmset.pmset_plan(ran(CUSTOM_AC_AWAKE), {})
     assert plan["changes"] == [] and plan["errors"] == []
-    assert plan["profiles"]["AC Power"]["sleep"] == 1
+    assert plan["profiles"]["AC Power"]["sleep"] == 0
 
 
 def test_a_setting_changes_where_any_power_source_shows_another_value():
