@@ -4,6 +4,9 @@ import json
 
 import pytest
 
+from tests.unit import test_macos_pmset as pm
+from tests.unit import test_macos_socketfilterfw as fw
+from tests.unit import test_macos_wired_limit as wl
 from tests.unit.plugins import load
 
 doctor = load("roles/doctor/filter_plugins/doctor.py")
@@ -234,3 +237,93 @@ def test_a_concurrent_command_killed_at_its_bound_is_a_timeout():
               "timed_out": True}
     assert ssh_reason(result) == "timeout"
     assert command_row(result, "ping", "a -> b", 30)["reason"] == "timeout"
+
+
+# --- the macos group: rows from the macos role's inspection (its plan filters fed with recorded
+# outputs, see tests/unit/test_macos_*.py) --------------------------------------------------
+
+
+def mac_inspection(*, firewall="", listing="", custom="", pmset=None, wired_now=0, limit=0,
+                   daemon=None):
+    plans = {name: load(f"roles/macos/filter_plugins/{name}.py")
+             for name in ("pmset", "socketfilterfw", "wired_limit")}
+    return {
+        "pmset": plans["pmset"].pmset_plan(pm.ran(custom or pm.CUSTOM_AC_AWAKE), pmset or {}),
+        "wired": plans["wired_limit"].wired_limit_plan(wl.probe(wired_now, daemon), limit,
+                                                       wl.daemon_plist(limit)),
+        "firewall": plans["socketfilterfw"].socketfilterfw_plan(
+            pm.ran(firewall or fw.OFF), pm.ran(listing or fw.LIST_RECENT), fw.EXECUTABLES),
+    }
+
+
+def mac_rows(inspection, system="Darwin"):
+    return {r["check"]: r for r in doctor.doctor_macos_rows(inspection, "mac1", system)}
+
+
+def test_linux_hosts_get_the_mac_rows_as_skipped():
+    rows = doctor.doctor_macos_rows(None, "linux1", "Linux")
+    assert [(r["check"], r["status"], r["detail"]) for r in rows] == [
+        ("mac_firewall", "skipped", "not macOS"), ("mac_wired", "skipped", "not macOS"),
+        ("mac_sleep", "skipped", "not macOS")]
+    report = doctor.doctor_report_rows(rows)
+    assert all(r["ok"] and r["fix"] is None for r in report)
+    assert doctor.doctor_table(report).splitlines()[-1] == "0 ok, 0 failed, 0 warnings, 3 skipped"
+
+
+def test_a_mac_left_as_it_was_is_all_ok():
+    rows = mac_rows(mac_inspection())
+    assert {c: r["status"] for c, r in rows.items()} == {
+        "mac_firewall": "ok", "mac_wired": "ok", "mac_sleep": "ok"}
+    assert rows["mac_firewall"]["detail"] == "Application Firewall off"
+    assert rows["mac_wired"]["detail"] == ("not requested; iogpu.wired_limit_mb 0 of 36864 MB "
+                                           "(macOS' own)")
+    assert rows["mac_sleep"]["detail"] == "nothing requested; sleep: Battery Power 1, AC Power 0"
+
+
+def test_a_firewall_without_rules_for_open_mpi_fails_naming_them_and_the_fix():
+    listing = fw.listing_with((fw.PYTHON_BUNDLE, True), (fw.OMPI + "prted", False))
+    row = mac_rows(mac_inspection(firewall=fw.ON, listing=listing))["mac_firewall"]
+    assert (row["status"], row["reason"]) == ("failed", "blocked")
+    assert row["detail"] == "on; no rule allows " + ", ".join(
+        fw.OMPI + name for name in ("mpirun", "prterun", "prted"))
+    [report] = doctor.doctor_report_rows([row])
+    assert "silent mpirun hang" in report["fix"] and "--unblockapp" in report["fix"]
+
+
+def test_a_firewall_allowing_everything_is_ok_and_block_all_fails():
+    every = fw.listing_with(*[(t, True) for t in (fw.PYTHON_BUNDLE, *fw.EXECUTABLES["openmpi"])])
+    row = mac_rows(mac_inspection(firewall=fw.ON, listing=every))["mac_firewall"]
+    assert row["status"] == "ok"
+    assert row["detail"] == "on; allows Python.app, mpirun, prterun, prted"
+    blocking = mac_rows(mac_inspection(firewall=fw.BLOCKING_MACOS15, listing=every))
+    assert blocking["mac_firewall"]["reason"] == "block_all"
+
+
+def test_an_unreadable_app_list_warns():
+    row = mac_rows(mac_inspection(firewall=fw.ON, listing=fw.NOT_IN_FIREWALL))["mac_firewall"]
+    assert row["status"] == "warn" and "cannot be read" in row["detail"]
+
+
+def test_wired_limit_rows_set_differs_too_high_and_not_persisted():
+    ok = mac_rows(mac_inspection(wired_now=24576, limit=24576, daemon=wl.daemon_plist(24576)))
+    assert ok["mac_wired"]["status"] == "ok"
+    assert ok["mac_wired"]["detail"] == "24576 MB of 36864 MB, set again at boot"
+    differs = mac_rows(mac_inspection(wired_now=0, limit=24576))["mac_wired"]
+    assert (differs["status"], differs["detail"]) == (
+        "failed", "iogpu.wired_limit_mb is 0, requested 24576 of 36864 MB")
+    high = mac_rows(mac_inspection(wired_now=0, limit=40000))["mac_wired"]
+    assert high["reason"] == "too_high" and "below the memory" in high["detail"]
+    lost = mac_rows(mac_inspection(wired_now=24576, limit=24576))["mac_wired"]
+    assert (lost["status"], lost["reason"]) == ("warn", "not_persisted")
+    assert "LaunchDaemon" in doctor.doctor_report_rows([lost])[0]["fix"]
+
+
+def test_sleep_rows_as_requested_and_differing():
+    done = mac_rows(mac_inspection(custom=pm.CUSTOM_DESKTOP, pmset={"powernap": 0, "womp": 0}))
+    assert done["mac_sleep"]["detail"] == "powernap 0, womp 0 on every power source"
+    differs = mac_rows(mac_inspection(custom=pm.CUSTOM_AC_AWAKE, pmset={"sleep": 0}))
+    assert differs["mac_sleep"]["status"] == "failed"
+    assert differs["mac_sleep"]["detail"] == ("sleep: Battery Power 1, AC Power 0 "
+                                              "(requested 0)")
+    unknown = mac_rows(mac_inspection(custom=pm.CUSTOM_DESKTOP, pmset={"lessbright": 0}))
+    assert unknown["mac_sleep"]["reason"] == "unknown"

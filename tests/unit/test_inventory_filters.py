@@ -631,6 +631,32 @@ BAD = {
         "mac2: thunderbolt_prefix 24", "is set for this host only, while mac1 use the default",
         "set it once under `cluster: vars:`",
     ),
+    "mlx_wired_limit_mb in GB": (
+        "mac2", {"mlx_wired_limit_mb": "24GB"},
+        "mac2: mlx_wired_limit_mb '24GB'", "not a whole number of megabytes",
+        "below the Mac's memory (e.g. 24576 on a 32 GB Mac",
+    ),
+    "mlx_wired_limit_mb negative": (
+        "mac1", {"mlx_wired_limit_mb": -1},
+        "mac1: mlx_wired_limit_mb -1", "not a whole number of megabytes", "set 0 to leave",
+    ),
+    "mlx_wired_limit_mb true": (
+        "mac1", {"mlx_wired_limit_mb": True},
+        "mac1: mlx_wired_limit_mb True", "not a whole number of megabytes", "set 0 to leave",
+    ),
+    "macos_pmset as a command line": (
+        "mac2", {"macos_pmset": "-a sleep 0"},
+        "mac2: macos_pmset '-a sleep 0'", "is not a mapping", "{sleep: 0, disksleep: 0",
+    ),
+    "macos_pmset with a word for a value": (
+        "mac1", {"macos_pmset": {"sleep": "never"}},
+        "mac1: macos_pmset 'sleep': 'never'", "not a pmset setting and a whole number",
+        "as `pmset -g custom` names them",
+    ),
+    "macos_pmset setting that is an option": (
+        "mac1", {"macos_pmset": {"-b": 0}},
+        "mac1: macos_pmset '-b': 0", "not a pmset setting", "mapping of pmset settings",
+    ),
     "thunderbolt_interface on one host only": (
         "mac2", {"thunderbolt_interface": "en5"},
         "mac2: thunderbolt_interface en5", "is set for this host only",
@@ -665,6 +691,11 @@ GOOD = {
     "user with underscore and digits": {"ansible_user": "_mlx_2"},
     "256 slots": {"mpi_slots": 256},
     "port": {"ansible_port": 2222},
+    "wired limit": {"mlx_wired_limit_mb": 24576},
+    "wired limit from extra vars": {"mlx_wired_limit_mb": "24576"},
+    "wired limit left alone": {"mlx_wired_limit_mb": 0},
+    "sleep settings": {"macos_pmset": {"sleep": 0, "disksleep": "0", "powernap": 0}},
+    "no sleep settings": {"macos_pmset": {}},
 }
 
 

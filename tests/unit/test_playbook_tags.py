@@ -14,9 +14,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Gathering facts is tagged always by Ansible itself; validate and reach are always by choice.
 SETUP_PLAYS = [{"always", "validate"}] + [
-    {"always", role} for role in ("openmpi", "thunderbolt", "ssh_mesh", "python_env", "hostfiles")]
+    {"always", role}
+    for role in ("openmpi", "thunderbolt", "ssh_mesh", "python_env", "macos", "hostfiles")]
 CHECK_PLAYS = [
-    {"always", "inventory", "reach", "openmpi", "hostfiles", "thunderbolt", "ssh", "python", "mpi"},
+    {"always", "inventory", "reach", "openmpi", "hostfiles", "thunderbolt", "ssh", "python", "mpi",
+     "macos"},
     {"always"},  # the report, written for whichever groups ran
 ]
 

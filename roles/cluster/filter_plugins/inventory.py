@@ -7,6 +7,7 @@ import this file and call them directly.
 import ipaddress
 import re
 from collections import Counter
+from collections.abc import Mapping
 
 DEFAULT_SLOTS = 1
 
@@ -322,6 +323,40 @@ def _check_slots(name, hostvar):
     return []
 
 
+def _check_wired_limit(name, hostvar):
+    if hostvar.get("mlx_wired_limit_mb") is None:
+        return []
+    value = hostvar["mlx_wired_limit_mb"]
+    if _int_or_none(value) is not None:
+        return []
+    return [
+        f"{_label(name)}: mlx_wired_limit_mb {value!r} is not a whole number of megabytes — set "
+        "0 to leave macOS' GPU wired-memory limit alone, or a limit in MB below the Mac's memory "
+        "(e.g. 24576 on a 32 GB Mac; check.yml compares it with hw.memsize)"
+    ]
+
+
+_PMSET_KEY = re.compile(r"[a-z]{1,40}")
+
+
+def _check_pmset(name, hostvar):
+    """macos_pmset: {setting: whole number} as `pmset -a <setting> <value>` takes it."""
+    if hostvar.get("macos_pmset") is None:
+        return []
+    value = hostvar["macos_pmset"]
+    fix = ("set macos_pmset to a mapping of pmset settings (as `pmset -g custom` names them) to "
+           "whole numbers, e.g. {sleep: 0, disksleep: 0, powernap: 0}")
+    if not isinstance(value, Mapping):
+        return [f"{_label(name)}: macos_pmset {value!r} is not a mapping — {fix}"]
+    return [
+        f"{_label(name)}: macos_pmset {key!r}: {setting!r} is not a pmset setting and a whole "
+        f"number — {fix}"
+        for key, setting in value.items()
+        if not (isinstance(key, str) and _PMSET_KEY.fullmatch(key))
+        or _int_or_none(setting) is None
+    ]
+
+
 def _check_thunderbolt_ip(name, value, prefix):
     name = _label(name)
     try:
@@ -584,6 +619,8 @@ def cluster_inventory_errors(hostvars, hosts, prefix, interface="bridge0", topol
         errors += _check_user(name, hv)
         errors += _check_port(name, hv)
         errors += _check_slots(name, hv)
+        errors += _check_wired_limit(name, hv)
+        errors += _check_pmset(name, hv)
         if hv.get("thunderbolt_ip") and cabled:
             errors.append(
                 f"{_label(name)}: thunderbolt_ip {hv['thunderbolt_ip']} is set while "

@@ -26,6 +26,9 @@ CHECKS = {
     "python_env": "Python env identical",
     "train_pkg": "train/ identical",
     "mlx_import": "mlx imports",
+    "mac_firewall": "firewall lets MPI in",
+    "mac_wired": "GPU wired memory limit",
+    "mac_sleep": "sleep settings",
     "mlx_mpi": "MLX MPI group",
     "link": "link latency/bandwidth",
     "doctor": "check.yml itself",
@@ -83,6 +86,27 @@ FIXES = {
     "do not edit the copy on a host).",
     "mlx_import": "mlx does not import on {target}: re-run setup.yml; on Linux mlx needs the "
     "mlx[cpu] wheel, on macOS Apple silicon and a native (arm64) Python.",
+    ("mac_firewall", "blocked"): "The Application Firewall on {target} has no rule allowing the "
+    "executables named above: a blocked Open MPI daemon or Python is the classic silent mpirun "
+    "hang. Re-run setup.yml (it allows them), or on {target} for each path: `sudo "
+    "/usr/libexec/ApplicationFirewall/socketfilterfw --add PATH` and `... --unblockapp PATH`.",
+    ("mac_firewall", "block_all"): "The firewall on {target} blocks all incoming connections, "
+    "allowed apps included: turn off \"Block all incoming connections\" (System Settings > "
+    "Network > Firewall > Options).",
+    "mac_firewall": "Read the firewall's state on {target}: `/usr/libexec/ApplicationFirewall/"
+    "socketfilterfw --getglobalstate --listapps`; check the Python environment (re-run setup.yml).",
+    ("mac_wired", "too_high"): "mlx_wired_limit_mb must stay below the memory of {target}: lower "
+    "it in the inventory and re-run setup.yml.",
+    ("mac_wired", "unsupported"): "{target} has no iogpu.wired_limit_mb (macOS 13 or older): "
+    "upgrade to macOS 14 or later, or set mlx_wired_limit_mb: 0.",
+    ("mac_wired", "not_persisted"): "The limit holds until the next reboot only: re-run setup.yml "
+    "to write its LaunchDaemon (/Library/LaunchDaemons/org.mlx-cluster.wired-limit.plist).",
+    "mac_wired": "Re-run setup.yml to set iogpu.wired_limit_mb to mlx_wired_limit_mb on {target} "
+    "(or by hand: `sudo sysctl iogpu.wired_limit_mb=N`).",
+    ("mac_sleep", "unknown"): "macos_pmset names a setting {target} does not have (see `pmset -g "
+    "custom`): correct or remove it in the inventory.",
+    "mac_sleep": "Re-run setup.yml to apply macos_pmset on {target} (or by hand: `sudo pmset -a "
+    "SETTING VALUE`).",
     ("mlx_mpi", "timeout"): "MLX's MPI group hangs: fix earlier failed rows first; check that "
     "MLX_MPI_LIBNAME points at the same libmpi on every host.",
     "mlx_mpi": "MLX did not form one MPI group over all ranks: check the mpirun and Open MPI rows; "
@@ -217,6 +241,79 @@ def doctor_iface_row(facts, host, interface, expected_ip):
     return doctor_row("tb_iface", host, True, f"{interface} up, {expected_ip}")
 
 
+def _profiles(values):
+    """{'AC Power': 1, 'Battery Power': 1} -> 'AC Power 1, Battery Power 1'."""
+    return ", ".join(f"{profile} {value}" for profile, value in values.items())
+
+
+def _mac_firewall_row(host, firewall):
+    if not firewall["enabled"]:
+        return doctor_row("mac_firewall", host, True, "Application Firewall off")
+    names = ", ".join(a["target"].rsplit("/", 1)[-1] for a in firewall["apps"]) or "nothing"
+    if firewall["errors"]:
+        return doctor_row("mac_firewall", host, False, "on; " + "; ".join(firewall["errors"]),
+                          "unreadable", "warn")
+    if firewall["block_all"]:
+        return doctor_row("mac_firewall", host, False,
+                          "on, blocking all incoming connections", "block_all")
+    blocked = [a["target"] for a in firewall["apps"] if not a["allowed"]]
+    if blocked:
+        return doctor_row("mac_firewall", host, False,
+                          "on; no rule allows " + ", ".join(blocked), "blocked")
+    return doctor_row("mac_firewall", host, True, f"on; allows {names}")
+
+
+def _mac_wired_row(host, wired):
+    now, memory, requested = wired["now"], wired["memory_mb"], wired["requested"]
+    of = f" of {memory} MB" if memory else ""
+    if not requested:
+        shown = "no iogpu.wired_limit_mb" if now is None else (
+            f"iogpu.wired_limit_mb {now}{of}" + (" (macOS' own)" if now == 0 else ""))
+        return doctor_row("mac_wired", host, True, f"not requested; {shown}")
+    if now is None:
+        return doctor_row("mac_wired", host, False, "no iogpu.wired_limit_mb (macOS 13 or older)",
+                          "unsupported")
+    if memory and requested >= memory:
+        return doctor_row("mac_wired", host, False,
+                          f"requested {requested} MB, not below the memory ({memory} MB)",
+                          "too_high")
+    if now != requested:
+        return doctor_row("mac_wired", host, False, f"iogpu.wired_limit_mb is {now}, "
+                          f"requested {requested}{of}", "differs")
+    if not wired["persisted"]:
+        return doctor_row("mac_wired", host, False, f"{now} MB{of}, but not set again at boot",
+                          "not_persisted", "warn")
+    return doctor_row("mac_wired", host, True, f"{now} MB{of}, set again at boot")
+
+
+def _mac_sleep_row(host, pmset):
+    if pmset["errors"]:
+        return doctor_row("mac_sleep", host, False, "; ".join(pmset["errors"]), "unknown")
+    if pmset["changes"]:
+        return doctor_row("mac_sleep", host, False, "; ".join(
+            f"{c['setting']}: {_profiles(c['now'])} (requested {c['value']})"
+            for c in pmset["changes"]), "differs")
+    if pmset["requested"]:
+        return doctor_row("mac_sleep", host, True, ", ".join(
+            f"{setting} {value}" for setting, value in pmset["requested"].items())
+            + " on every power source")
+    sleep = {profile: settings["sleep"] for profile, settings in pmset["profiles"].items()
+             if "sleep" in settings}
+    return doctor_row("mac_sleep", host, True, "nothing requested"
+                      + (f"; sleep: {_profiles(sleep)}" if sleep else ""))
+
+
+def doctor_macos_rows(inspection, host, system):
+    """The firewall, wired-limit and sleep rows of one host from the macos role's inspection
+    (tasks_from: inspect); skipped rows saying "not macOS" on other systems."""
+    if system != "Darwin":
+        return [doctor_row(check, host, False, "not macOS", "skipped", "skipped")
+                for check in ("mac_firewall", "mac_wired", "mac_sleep")]
+    return [_mac_firewall_row(host, inspection["firewall"]),
+            _mac_wired_row(host, inspection["wired"]),
+            _mac_sleep_row(host, inspection["pmset"])]
+
+
 def doctor_digest(value):
     """Short stable hash of any JSON-able value (shown in the table so hosts can be compared)."""
     blob = json.dumps(value, sort_keys=True).encode()
@@ -343,6 +440,7 @@ class FilterModule:
             "doctor_failed": doctor_failed,
             "doctor_iface_row": doctor_iface_row,
             "doctor_link_rows": doctor_link_rows,
+            "doctor_macos_rows": doctor_macos_rows,
             "doctor_link_table": doctor_link_table,
             "doctor_row": doctor_row,
             "doctor_report_rows": doctor_report_rows,
