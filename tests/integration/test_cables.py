@@ -9,6 +9,7 @@ the virtual cluster wrote; what they are is read inside the hosts' namespaces.
 
 import ipaddress
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -33,7 +34,7 @@ class Cabled:
 
     def __init__(self, vc, workdir, check, setup):
         self.vc, self.workdir, self.check, self.setup = vc, workdir, check, setup
-        inventory = yaml.safe_load(vc.inventory.read_text())["cluster"]
+        inventory = yaml.safe_load(Path(vc.inventory).read_text())["cluster"]
         names = list(inventory["hosts"])
         group = inventory["vars"]
         self.pool = group["thunderbolt_cable_pool"]
