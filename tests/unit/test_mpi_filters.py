@@ -1,5 +1,6 @@
 """roles/cluster/filter_plugins/mpi.py: Open MPI command lines for 4.x and 5.x."""
 
+import shutil
 import socket
 import subprocess
 import time
@@ -28,6 +29,43 @@ def test_interface_args_open_mpi_5_use_prtemca_for_oob():
 @pytest.mark.parametrize("interface", [None, ""])
 def test_no_interface_means_no_flags(interface):
     assert mpi.openmpi_interface_args("5.0.8", interface) == []
+
+
+def test_a_network_is_included_like_an_interface():
+    # cables topology, two hosts: Open MPI runs over the cables, i.e. the pool's /30s.
+    assert mpi.openmpi_interface_args("4.1.4", "10.213.0.0/24") == [
+        "--mca", "oob_tcp_if_include", "10.213.0.0/24",
+        "--mca", "btl_tcp_if_include", "10.213.0.0/24",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("version", "oob_flag"), [("4.1.4", "--mca"), ("5.0.8", "--prtemca")])
+def test_exclude_keeps_both_layers_off_a_network_and_the_btl_defaults(version, oob_flag):
+    # cables topology, three hosts or more: over the management network, never the /30s.
+    assert mpi.openmpi_interface_args(version, exclude="10.213.0.0/24") == [
+        oob_flag, "oob_tcp_if_exclude", "10.213.0.0/24",
+        "--mca", "btl_tcp_if_exclude", "127.0.0.1/8,sppp,10.213.0.0/24",
+    ]  # fmt: skip
+
+
+def test_the_btl_default_exclusions_are_open_mpis():
+    ompi_info = shutil.which("ompi_info")
+    if not ompi_info:
+        pytest.skip("no ompi_info (Open MPI) here")
+    out = subprocess.run([ompi_info, "--param", "btl", "tcp", "--level", "9", "--parsable"],
+                         capture_output=True, text=True, check=True).stdout
+    assert f"mca:btl:tcp:param:btl_tcp_if_exclude:value:{mpi.BTL_TCP_DEFAULT_EXCLUDE}" in out
+
+
+def test_include_and_exclude_together_are_refused():
+    with pytest.raises(ValueError, match="not both"):
+        mpi.openmpi_interface_args("4.1.4", "bridge0", "10.213.0.0/24")
+
+
+def test_mpirun_argv_passes_the_exclusion():
+    argv = mpi.mpirun_argv("/usr/bin/mpirun", "hf", 2, "4.1.4", exclude="198.19.3.0/24")
+    assert argv[-6:] == ["--mca", "oob_tcp_if_exclude", "198.19.3.0/24",
+                         "--mca", "btl_tcp_if_exclude", "127.0.0.1/8,sppp,198.19.3.0/24"]
 
 
 def test_bad_version_is_a_clear_error():

@@ -22,7 +22,9 @@ FOUR_MACS = {
 }
 
 
-def render(name, hostvars):
+def render(name, hostvars, topology=None):
+    """topology: cable_topology's result when roles/cluster/defaults would pass one
+    (cluster_mlx_hostfile: cables topology with a ring)."""
     # trim_blocks and keep_trailing_newline are Ansible's template defaults.
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(ROOT / "templates"),
@@ -33,7 +35,8 @@ def render(name, hostvars):
     env.filters.update(AnsibleCoreFilters().filters())
     env.filters.update(inv.FilterModule().filters())
     hosts = inv.cluster_hosts(hostvars, list(hostvars))
-    return env.get_template(name).render(cluster_host_list=hosts)
+    return env.get_template(name).render(
+        cluster_host_list=hosts, cluster_mlx_hostfile=inv.mlx_hostfile(hosts, "ring", topology))
 
 
 def test_hostfile_lists_hosts_with_slots_by_thunderbolt_address_in_order():

@@ -11,6 +11,9 @@ import posixpath
 # with the pause 0 of 40.
 HOSTNAME_PROGRAM = ["sh", "-c", "hostname -s; sleep 1"]
 
+# btl_tcp_if_exclude's default in Open MPI 4 and 5 (`ompi_info --param btl tcp --level 9`).
+BTL_TCP_DEFAULT_EXCLUDE = "127.0.0.1/8,sppp"
+
 
 def _major(version):
     try:
@@ -19,19 +22,33 @@ def _major(version):
         raise ValueError(f"Open MPI version {version!r} is not like '4.1.4' or '5.0.8'") from None
 
 
-def openmpi_interface_args(version, interface):
-    """Flags that keep Open MPI's control (oob) and data (btl) traffic on one interface.
+def openmpi_interface_args(version, interface=None, exclude=None):
+    """Flags that keep Open MPI's control (oob) and data (btl) traffic on one interface, or off
+    some networks.
 
-    Open MPI 5 moved the out-of-band layer into PRRTE, whose parameters take --prtemca.
+    interface: an interface name or a network in CIDR notation (both layers take either) to
+    include. exclude: a network (CIDR) to keep both layers off, e.g. the Thunderbolt cable pool
+    when Open MPI runs over the management network; the TCP BTL's own default exclusions
+    (loopback, sppp) stay, as the flag replaces them. Include and exclude are mutually
+    exclusive in Open MPI. Open MPI 5 moved the out-of-band layer into PRRTE, whose parameters
+    take --prtemca.
     """
-    if not interface:
+    if interface and exclude:
+        raise ValueError(f"interface {interface!r} and exclude {exclude!r}: Open MPI takes "
+                         "either an include or an exclude list, not both")
+    if not interface and not exclude:
         return []
     oob_flag = "--prtemca" if _major(version) >= 5 else "--mca"
-    return [oob_flag, "oob_tcp_if_include", interface, "--mca", "btl_tcp_if_include", interface]
+    if interface:
+        return [oob_flag, "oob_tcp_if_include", interface, "--mca", "btl_tcp_if_include",
+                interface]
+    return [oob_flag, "oob_tcp_if_exclude", exclude, "--mca", "btl_tcp_if_exclude",
+                f"{BTL_TCP_DEFAULT_EXCLUDE},{exclude}"]
 
 
 def mpirun_argv(
-    mpirun, hostfile, np, version, interface=None, as_root=False, env=None, extra_args=None
+    mpirun, hostfile, np, version, interface=None, as_root=False, env=None, extra_args=None,
+    exclude=None,
 ):
     """mpirun argv up to the program; the caller appends the program and its arguments.
 
@@ -44,7 +61,7 @@ def mpirun_argv(
         raise ValueError(f"np {np!r} must be at least 1 — give some host mpi_slots > 0")
     argv = [str(mpirun), "--hostfile", str(hostfile), "-np", str(int(np))]
     argv += ["--bind-to", "none", "--map-by", "slot"]
-    argv += openmpi_interface_args(version, interface)
+    argv += openmpi_interface_args(version, interface, exclude)
     if as_root:
         argv.append("--allow-run-as-root")
     for key, value in (env or {}).items():
