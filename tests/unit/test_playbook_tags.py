@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SETUP_PLAYS = [{"always", "validate"}] + [
     {"always", role} for role in ("openmpi", "thunderbolt", "ssh_mesh", "python_env", "hostfiles")]
 CHECK_PLAYS = [
-    {"always", "inventory", "reach", "openmpi", "hostfiles", "thunderbolt", "ssh", "python", "mpi"},
+    {"always", "inventory", "reach", "openmpi", "hostfiles", "thunderbolt", "cables", "ssh",
+     "python", "mpi"},
     {"always"},  # the report, written for whichever groups ran
 ]
 
