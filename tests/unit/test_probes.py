@@ -44,19 +44,6 @@ def test_ping_commands_ping_each_host_at_its_thunderbolt_ip():
     ]
 
 
-def test_cable_ping_commands_ping_each_peer_out_of_the_cables_own_port():
-    cables = load("roles/cluster/filter_plugins/cables.py")
-    plan = cables.cable_plan([["mac1", "en2", "mac2", "en3"], ["mac3", "en2", "mac1", "en3"]],
-                             ["mac1", "mac2", "mac3"], "198.18.0.0/24")
-    commands = probes.cable_ping_commands(plan["hosts"]["mac1"], "mac1", "Darwin", 2)
-    assert [(c["item"]["label"], c["argv"]) for c in commands] == [
-        ("mac1 en2 -> mac2 en3", probes.ping_argv("Darwin", "en2", "198.18.0.2", 2)),
-        ("mac1 en3 -> mac3 en2", probes.ping_argv("Darwin", "en3", "198.18.0.6", 2)),
-    ]
-    assert commands[0]["item"]["network"] == "198.18.0.0/30"
-    assert probes.cable_ping_commands([], "mac1", "Linux") == []
-
-
 def test_ssh_commands_log_in_like_open_mpi_over_the_mpi_address():
     assert probes.ssh_commands([MAC2], "5") == [{"item": MAC2, "argv": [
         "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",

@@ -27,18 +27,6 @@ def ping_commands(hosts, system, interface, timeout=2):
     ]
 
 
-def cable_ping_commands(ends, host, system, timeout=2):
-    """Ping the far end of each of this host's cables out of the cable's own port, so a reply
-    proves that cable. ends: the host's entries of cable_plan's "hosts"; each command's item is
-    the end plus "label", the ping's direction naming both ends ('mac1 en2 -> mac2 en3')."""
-    return [
-        {"item": {**end, "label": f"{host} {end['interface']} -> {end['peer']} "
-                                  f"{end['peer_interface']}"},
-         "argv": ping_argv(system, end["interface"], end["peer_address"], timeout)}
-        for end in ends
-    ]
-
-
 def ssh_commands(hosts, connect_timeout):
     """Log in to each host's MPI address as Open MPI does (no prompt, pinned host key) and print
     its hostname. Keepalives end a login that connects and then hangs."""
@@ -53,7 +41,6 @@ class FilterModule:
     def filters(self):
         return {
             "ping_argv": ping_argv,
-            "cable_ping_commands": cable_ping_commands,
             "ping_commands": ping_commands,
             "ssh_commands": ssh_commands,
         }
