@@ -44,6 +44,19 @@ def test_ping_commands_ping_each_host_at_its_thunderbolt_ip():
     ]
 
 
+def test_cable_ping_commands_ping_each_peer_out_of_the_cables_own_port():
+    ends = [{"interface": "en2", "address": "10.213.0.1", "peer": "mac2",
+             "peer_interface": "en3", "peer_address": "10.213.0.2"},
+            {"interface": "en3", "address": "10.213.0.5", "peer": "mac3",
+             "peer_interface": "en2", "peer_address": "10.213.0.6"}]
+    assert probes.cable_ping_commands(ends, "Linux", 2) == [
+        {"item": ends[0], "argv": ["ping", "-c", "1", "-W", "2", "-I", "en2", "10.213.0.2"]},
+        {"item": ends[1], "argv": ["ping", "-c", "1", "-W", "2", "-I", "en3", "10.213.0.6"]},
+    ]
+    assert probes.cable_ping_commands(ends[:1], "Darwin", 2)[0]["argv"] == [
+        "ping", "-c", "1", "-t", "2", "-b", "en2", "10.213.0.2"]
+
+
 def test_ssh_commands_log_in_like_open_mpi_over_the_mpi_address():
     assert probes.ssh_commands([MAC2], "5") == [{"item": MAC2, "argv": [
         "ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",

@@ -115,3 +115,55 @@ def test_networkmanager_decision(result, expected):
 def test_terse_escaped_colons_in_connection_names():
     result = _nmcli("GENERAL.STATE:100 (connected)\nGENERAL.CONNECTION:tb\\:left")
     assert linux_link.nmcli_device(result)["connection"] == "tb:left"
+
+
+# --- every link in one probe run: linux_link_probes and linux_link_states -----------------------
+
+concurrent_commands = load("roles/cluster/library/concurrent_commands.py")
+
+
+def _link(interface, address, prefix):
+    return {"interface": interface, "address": address, "prefix": prefix, "connection": "mlx-x"}
+
+
+def test_probes_read_each_links_addresses_and_networkmanager_state():
+    assert linux_link.linux_link_probes([_link("en2", "10.213.0.1", 30)]) == [
+        {"item": {"interface": "en2", "probe": "ip"}, "argv": ["ip", "-j", "addr", "show", "dev",
+                                                               "en2"]},
+        {"item": {"interface": "en2", "probe": "nmcli"},
+         "argv": ["nmcli", "-t", "-f", "GENERAL.STATE,GENERAL.TYPE,GENERAL.CONNECTION", "device",
+                  "show", "en2"]},
+    ]
+
+
+def test_states_from_a_real_probe_run_on_this_machine():
+    # The probes run here as concurrent_commands runs them on a host: lo exists with 127.0.0.1/8,
+    # nosuch0 does not (ip prints nothing on stdout, rc 1); nmcli answers, fails or is missing.
+    links = [_link("lo", "127.0.0.1", 8), _link("lo", "127.0.0.1", 30),
+             _link("nosuch0", "10.213.0.1", 30)]
+    results = [concurrent_commands.run(command, 10)
+               for command in linux_link.linux_link_probes(links)]
+    states = linux_link.linux_link_states(results, links)
+    assert [(s["interface"], s["exists"], s["up"], s["has_address"], s["stale_prefixes"])
+            for s in states] == [("lo", True, True, True, []), ("lo", True, True, False, [8]),
+                                 ("nosuch0", False, False, False, [])]
+    assert states[2]["nm"] == {"managed": False, "type": "generic", "connection": ""}
+    assert all(s["connection"] == "mlx-x" and "nm" in s for s in states)
+
+
+def test_states_keep_each_link_with_its_own_results():
+    results = [
+        {"item": {"interface": "bridge0", "probe": "ip"}, "rc": 0, "stdout": BRIDGE_CONFIGURED},
+        {"item": {"interface": "bridge0", "probe": "nmcli"}, "rc": 0,
+         "stdout": "GENERAL.STATE:100 (connected)\nGENERAL.TYPE:bridge\nGENERAL.CONNECTION:mlx-x"},
+        {"item": {"interface": "en2", "probe": "ip"}, "rc": 1, "stdout": ""},
+        {"item": {"interface": "en2", "probe": "nmcli"}, "rc": 10, "stdout": ""},
+    ]
+    links = [_link("en2", "10.213.0.1", 30), _link("bridge0", "198.19.250.1", 24)]
+    states = linux_link.linux_link_states(results, links)
+    assert [(s["interface"], s["exists"], s["has_address"], s["nm"]["managed"])
+            for s in states] == [("en2", False, False, False), ("bridge0", True, True, True)]
+
+
+def test_filter_names():
+    assert set(linux_link.FilterModule().filters()) == {"linux_link_probes", "linux_link_states"}

@@ -69,3 +69,55 @@ def test_a_ping_the_module_gave_up_on_is_a_failure():
     assert ping.thunderbolt_ping_failures(results, "mac1") == [
         "mac1 -> mac2 (198.19.0.2): no answer within 8 s"
     ]
+
+
+# --- the cables topology: a ping across each cable ----------------------------------------------
+
+
+def end(peer, interface, address, peer_interface, peer_address, network):
+    return {"interface": interface, "address": address, "prefix": 30, "network": network,
+            "peer": peer, "peer_interface": peer_interface, "peer_address": peer_address}
+
+
+# vc-3's en2 unplugged: iputils on Linux, out of a port without carrier (captured here, in a
+# network namespace whose veth peer was down).
+NO_CARRIER = {"rc": 1, "stdout": "PING 198.19.3.6 (198.19.3.6) from 198.19.3.5 en3: 56(84) bytes "
+              "of data.\n\n--- 198.19.3.6 ping statistics ---\n1 packets transmitted, 0 received, "
+              "100% packet loss, time 0ms\n", "stderr": ""}
+
+
+def test_cable_failures_and_report_name_the_cable_by_both_ends_once():
+    vc1 = ping.cable_ping_failures([
+        {"item": end("vc-2", "en2", "198.19.3.1", "en2", "198.19.3.2", "198.19.3.0/30"), "rc": 0,
+         "stdout": "1 received"},
+        {"item": end("vc-3", "en3", "198.19.3.5", "en2", "198.19.3.6", "198.19.3.4/30"),
+         **NO_CARRIER},
+    ], "vc-1")
+    vc3 = ping.cable_ping_failures([
+        {"item": end("vc-1", "en2", "198.19.3.6", "en3", "198.19.3.5", "198.19.3.4/30"),
+         "rc": 2, "stdout": "", "stderr": "ping: connect: Network is unreachable"},
+    ], "vc-3")
+    assert vc1 == [{"network": "198.19.3.4/30",
+                    "ends": [["vc-1", "en3", "198.19.3.5"], ["vc-3", "en2", "198.19.3.6"]],
+                    "direction": "vc-1 -> vc-3", "reason": "no reply"}]
+    assert vc3[0]["ends"] == vc1[0]["ends"]  # the same cable seen from its other end
+    assert ping.cable_ping_report(vc3 + vc1) == [
+        "vc-1 en3 198.19.3.5 - vc-3 en2 198.19.3.6 (198.19.3.4/30): vc-1 -> vc-3: no reply; "
+        "vc-3 -> vc-1: ping: connect: Network is unreachable"
+    ]
+
+
+def test_cable_report_lists_cables_in_address_order():
+    broken = [
+        {"network": net, "ends": [["a", "en2", f"{net[:-4]}{int(net.split('.')[3][:-3]) + 1}"],
+                                  ["b", "en2", "x"]],
+         "direction": "a -> b", "reason": "no reply"}
+        for net in ("198.19.3.100/30", "198.19.3.8/30")
+    ]
+    assert [line.split("(")[1].split(")")[0] for line in ping.cable_ping_report(broken)] == [
+        "198.19.3.8/30", "198.19.3.100/30"]
+
+
+def test_no_cable_failures():
+    assert ping.cable_ping_failures([], "vc-1") == []
+    assert ping.cable_ping_report([]) == []

@@ -27,6 +27,14 @@ def ping_commands(hosts, system, interface, timeout=2):
     ]
 
 
+def cable_ping_commands(ends, system, timeout=2):
+    """Ping the other end of each of this host's cables out of its own port, so a reply proves
+    that cable. ends: the host's cable ends (cable_plan(...)["hosts"][host]: "interface",
+    "peer_address", ...), each the item of its command."""
+    return [{"item": end, "argv": ping_argv(system, end["interface"], end["peer_address"], timeout)}
+            for end in ends]
+
+
 def ssh_commands(hosts, connect_timeout):
     """Log in to each host's MPI address as Open MPI does (no prompt, pinned host key) and print
     its hostname. Keepalives end a login that connects and then hangs."""
@@ -40,6 +48,7 @@ def ssh_commands(hosts, connect_timeout):
 class FilterModule:
     def filters(self):
         return {
+            "cable_ping_commands": cable_ping_commands,
             "ping_argv": ping_argv,
             "ping_commands": ping_commands,
             "ssh_commands": ssh_commands,

@@ -1,7 +1,9 @@
-"""Decide what the thunderbolt role changes on a Linux interface.
+"""Decide what the thunderbolt role changes on Linux interfaces.
 
 Inputs are the real outputs of `ip -j addr show dev IF` and
-`nmcli -t -f GENERAL.STATE,GENERAL.TYPE,GENERAL.CONNECTION device show IF`.
+`nmcli -t -f GENERAL.STATE,GENERAL.TYPE,GENERAL.CONNECTION device show IF`, for each link the
+role configures (bridge topology: thunderbolt_interface; cables: each cable port), all read in
+one concurrent_commands run.
 """
 
 import json
@@ -61,6 +63,37 @@ def nmcli_device(result):
     }
 
 
+_NMCLI_FIELDS = "GENERAL.STATE,GENERAL.TYPE,GENERAL.CONNECTION"
+
+
+def linux_link_probes(links):
+    """concurrent_commands entries that read each link's interface: its addresses, and whether
+    NetworkManager manages it. links: [{"interface", "address", "prefix", ...}]."""
+    return [
+        {"item": {"interface": link["interface"], "probe": probe}, "argv": argv}
+        for link in links
+        for probe, argv in (
+            ("ip", ["ip", "-j", "addr", "show", "dev", link["interface"]]),
+            ("nmcli", ["nmcli", "-t", "-f", _NMCLI_FIELDS, "device", "show", link["interface"]]),
+        )
+    ]
+
+
+def linux_link_states(results, links):
+    """The links with what each lacks: ip_link_state's fields ("exists", "up", "has_address",
+    "stale_prefixes") and "nm", nmcli_device's answer. results: the linux_link_probes run's."""
+    found = {(r["item"]["interface"], r["item"]["probe"]): r for r in results}
+    return [
+        {
+            **link,
+            **ip_link_state(found[link["interface"], "ip"].get("stdout", ""), link["address"],
+                            link["prefix"]),
+            "nm": nmcli_device(found[link["interface"], "nmcli"]),
+        }
+        for link in links
+    ]
+
+
 class FilterModule:
     def filters(self):
-        return {"ip_link_state": ip_link_state, "nmcli_device": nmcli_device}
+        return {"linux_link_probes": linux_link_probes, "linux_link_states": linux_link_states}
