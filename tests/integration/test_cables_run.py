@@ -212,3 +212,35 @@ def test_mpi_trains_over_the_management_network_off_the_pool(cables_cluster, tmp
             assert moved >= gradient, (host, moved, gradient)
         else:
             assert moved < gradient / 10, (host, port, moved, gradient)
+
+
+# --- bench.yml --------------------------------------------------------------------------------
+
+# A short sweep: the machine has two cores.
+BENCH_VARS = {"bench_min_bytes": 65536, "bench_max_bytes": 1 << 20, "bench_size_factor": 16,
+              "bench_seconds_per_size": 0.2, "bench_iperf3_seconds": 1, "bench_timeout": 300,
+              "bench_tcp_links": [], "bench_grad_dtypes": ["float32"]}
+
+
+def test_bench_compares_the_cables_with_the_management_network(cables_cluster, tmp_path):
+    vc = cables_cluster
+    run = run_playbook("bench.yml", vc.inventory, tmp_path / "bench", extravars=BENCH_VARS)
+    assert run.status == "successful", run.stdout[-6000:]
+    [run_dir] = [e["event_data"]["res"]["ansible_facts"]["bench_run_dir"] for e in run.events
+                 if e.get("event") == "runner_on_ok"
+                 and e["event_data"].get("task") == "Collect the results of the launch host"]
+    results = json.loads(Path(run_dir, "results.json").read_text())
+
+    iperf = {(link["network"], link["link"]): link for link in results["iperf3"]}
+    names = [h.name for h in vc.hosts]
+    assert set(iperf) == {("cables", label) for label in cable_labels(vc)} | {
+        ("management", f"{a} -> {b}") for i, a in enumerate(names) for b in names[i + 1:]}
+    assert all(link.get("gbps", 0) > 0 for link in iperf.values()), iperf
+    # What train.yml can run over cables: MLX's ring over them, Open MPI over the management
+    # network (with mpi4py as the reference); no ring over the management network.
+    runs = {(r["backend"], r["network"]): r for r in results["allreduce"]}
+    assert set(runs) == {("ring", "cables"), ("mpi", "management"), ("mpi4py", "management")}
+    assert [r for r in runs.values() if r.get("error")] == []
+    assert runs[("ring", "cables")]["ranks"] == 3
+    assert results["recommendation"]["backend"] in ("ring", "mpi")
+    assert "| cables |" in Path(run_dir, "results.md").read_text()
