@@ -148,10 +148,12 @@ def test_a_cable_taken_down_is_named_by_both_ends(cables_cluster, tmp_path):
              ("cable_ping", f"{cable.b} {cable.b_if} -> {cable.a} {cable.a_if}")}
     assert pings <= failed, failed
     assert ("cable_link", label) in failed
+    # Both ports lost their carrier: each end's port row says it is down.
+    ports = {("cable_port", f"{host} {port}") for host, port in cable.ends}
+    assert ports <= failed, failed
+    assert {r["reason"] for r in rows if (r["check"], r["target"]) in ports} == {"down"}
     # The other cables, and everything over the management network, are fine.
-    others = (cable_ends(vc) - {target for _, target in pings}) | (cable_labels(vc) - {label})
-    assert not {target for _, target in failed} & others, failed
-    assert {check for check, _ in failed} <= {"cable_ping", "cable_link"}, failed
+    assert failed == pings | ports | {("cable_link", label)}, failed
     assert "No reply across this cable" in run.stdout
     assert json.loads((report_dir / "cables.json").read_text())["failed"]
 
