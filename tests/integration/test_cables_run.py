@@ -49,12 +49,7 @@ def cables_cluster(tmp_path_factory):
 def run_check(vc, tmp_path, name, **extravars):
     run = run_playbook("check.yml", vc.inventory, tmp_path / name,
                        extravars={**CHECK_VARS, **extravars})
-    [collected] = [
-        e["event_data"]["res"]["ansible_facts"]
-        for e in run.events
-        if e.get("event") == "runner_on_ok"
-        and e["event_data"].get("task") == "Collect the rows of every host"
-    ]
+    collected = run.facts_set_by("Collect the rows of every host")
     return run, collected["doctor_all_rows"], Path(collected["doctor_run_dir"])
 
 
@@ -234,9 +229,7 @@ def test_bench_compares_the_cables_with_the_management_network(cables_cluster, t
     vc = cables_cluster
     run = run_playbook("bench.yml", vc.inventory, tmp_path / "bench", extravars=BENCH_VARS)
     assert run.status == "successful", run.stdout[-6000:]
-    [run_dir] = [e["event_data"]["res"]["ansible_facts"]["bench_run_dir"] for e in run.events
-                 if e.get("event") == "runner_on_ok"
-                 and e["event_data"].get("task") == "Collect the results of the launch host"]
+    run_dir = run.facts_set_by("Collect the results of the launch host")["bench_run_dir"]
     results = json.loads(Path(run_dir, "results.json").read_text())
 
     iperf = {(link["network"], link["link"]): link for link in results["iperf3"]}
