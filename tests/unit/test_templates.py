@@ -107,3 +107,27 @@ def test_mlx_launch_runs_two_ranks_from_the_default_hosts_json(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines().count("sum 2 2.0") == 2, result.stdout
+
+
+def test_hosts_json_over_cables_is_the_ring_in_ring_order(tmp_path):
+    """Cables topology (cluster_mlx_hostfile passes the topology when the cables form a ring):
+    each rank listens on its cable to the rank before it, and mlx.launch reads the file."""
+    common = pytest.importorskip("mlx._distributed_utils.common")
+    cables = load("roles/cluster/filter_plugins/cables.py")
+    topology = load("roles/cluster/filter_plugins/topology.py")
+    macs = {name: {"ansible_host": f"198.18.1.2{i}"} for i, name in enumerate(["m1", "m2", "m3",
+                                                                               "m4"], 1)}
+    ring = [["m1", "en2", "m3", "en2"], ["m3", "en3", "m2", "en2"], ["m2", "en3", "m4", "en2"],
+            ["m4", "en3", "m1", "en3"]]
+    plan = cables.cable_plan(ring, list(macs), "198.19.0.0/24")
+    found = topology.cable_topology(inv.cluster_hosts(macs, list(macs)), plan)
+    path = tmp_path / "hosts.json"
+    path.write_text(render("hosts.json.j2", macs, found))
+    hostfile = common.Hostfile.from_file(path)
+    assert hostfile.backend == "ring"
+    by_address = {end["address"]: (host, end["peer"]) for host, ends in plan["hosts"].items()
+                  for end in ends}
+    order = ["198.18.1.21", "198.18.1.23", "198.18.1.22", "198.18.1.24"]  # m1, m3, m2, m4
+    assert [h.ssh_hostname for h in hostfile.hosts] == order
+    assert [by_address[h.ips[0]] for h in hostfile.hosts] == [
+        ("m1", "m4"), ("m3", "m1"), ("m2", "m3"), ("m4", "m2")]
