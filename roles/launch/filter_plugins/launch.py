@@ -463,11 +463,12 @@ def launch_rdma_errors(infos, hostfile, rank_hosts):
         if missing:
             listed = "ibv_devices could not run" if have is None else \
                 f"ibv_devices lists {', '.join(have) or 'none'}"
+            backend = hostfile["backend"]
             errors.append(
                 f"{name}: no RDMA device {', '.join(missing)} for its cables ({listed}) — "
-                f"{hostfile['backend']} needs RDMA over Thunderbolt 5, enabled once per Mac in "
-                "macOS Recovery (check.yml -e doctor_backend=" + hostfile["backend"] + " names "
-                "each host and the step); or use -e backend=ring"
+                f"{backend} needs RDMA over Thunderbolt 5, enabled once per Mac in macOS Recovery "
+                f"(check.yml -e doctor_backend={backend} names each host and the step); or use "
+                "-e backend=ring"
             )
     return errors
 
