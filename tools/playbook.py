@@ -36,6 +36,12 @@ class PlaybookRun:
             if data.get("res", {}).get("changed")
         ]
 
+    def facts_set_by(self, task: str) -> dict:
+        """The facts the task named `task` set (set_fact) on the one host it ran on."""
+        [facts] = [data["res"]["ansible_facts"] for data in self.task_results()
+                   if data.get("task") == task]
+        return facts
+
     def failures(self) -> list[dict]:
         return self.task_results("runner_on_failed") + self.task_results("runner_on_unreachable")
 

@@ -27,6 +27,22 @@ def request(extra, expected, id):
     return pytest.param("train.yml", CLUSTER, extra, expected, id=id)
 
 
+def cabled(cables, slots=(1, 1, 1), **hostvars):
+    """Three hosts with thunderbolt_topology cables (a, b, c) and the given cables."""
+    return {h: nowhere(i + 1, mpi_slots=n, thunderbolt_topology="cables",
+                       thunderbolt_cable_pool="198.19.0.0/24", thunderbolt_cables=cables,
+                       **hostvars)
+            for i, (h, n) in enumerate(zip("abc", slots, strict=True))}
+
+
+CHAIN = [["a", "en2", "b", "en2"], ["b", "en3", "c", "en2"]]
+RING = [*CHAIN, ["c", "en3", "a", "en3"]]
+
+
+def cabled_request(hosts, extra, expected, id):
+    return pytest.param("train.yml", hosts, {"batch_size": "48", **extra}, expected, id=id)
+
+
 def inventory(hosts, expected, id):
     return pytest.param("setup.yml", hosts, {}, expected, id=id)
 
@@ -95,6 +111,19 @@ ROWS = [
     request({"attach": "a", "stop": "b"}, "attach, stop and status: give one of them at a time",
             "attach and stop"),
     request({"attach": "../etc"}, "attach: '../etc' is not a run name", "attach a path"),
+    # Over cables (thunderbolt_topology: cables): what the cables cannot carry (topology.py:
+    # cable_backend_errors), named with the cable to add.
+    cabled_request(cabled(CHAIN), {"backend": "ring"},
+                   "ring: the cables between a, b, c form a chain, and ring needs a ring through "
+                   "every host that runs ranks — add a cable a - c", "ring over a chain"),
+    cabled_request(cabled(RING, slots=(1, 2, 1)), {"backend": "ring", "batch_size": "64"},
+                   "b: mpi_slots > 1 — over cables MLX's ring backend runs one rank per host",
+                   "ring with two ranks on a host"),
+    cabled_request(cabled(CHAIN), {"backend": "jaccl"},
+                   "jaccl needs a cable between every two hosts — add the cable(s) a - c",
+                   "jaccl over a chain"),
+    request({"backend": "jaccl"}, "backend: jaccl runs over RDMA between Macs cabled point to "
+            "point", "jaccl over the bridge"),
     # Inventories: nothing of them is rendered into ssh config, known_hosts, authorized_keys,
     # hostfiles or shell scripts unless validation allowed it.
     inventory({"a": nowhere(1, thunderbolt_ip="198.19.200.1"),

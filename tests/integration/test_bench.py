@@ -27,9 +27,7 @@ def test_bench_shows_thunderbolt_faster_than_management(vcluster, tmp_path):
 
     run = run_playbook("bench.yml", vc.inventory, tmp_path / "bench", extravars=BENCH_VARS)
     assert run.status == "successful", run.stdout[-6000:]
-    [run_dir] = [e["event_data"]["res"]["ansible_facts"]["bench_run_dir"] for e in run.events
-                 if e.get("event") == "runner_on_ok"
-                 and e["event_data"].get("task") == "Collect the results of the launch host"]
+    run_dir = run.facts_set_by("Collect the results of the launch host")["bench_run_dir"]
     results = json.loads(Path(run_dir, "results.json").read_text())
 
     iperf = {link["network"]: link["gbps"] for link in results["iperf3"]}

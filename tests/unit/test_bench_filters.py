@@ -48,6 +48,73 @@ def test_networks_resolve_a_dns_ansible_host_from_facts():
         bench.bench_networks([host("a", "mac1.local")], {"a": {}}, "bridge0")
 
 
+# thunderbolt_topology cables (cluster defaults): the topology and hosts.json of the same inventory.
+cables = load("roles/cluster/filter_plugins/cables.py")
+topology = load("roles/cluster/filter_plugins/topology.py")
+inventory = load("roles/cluster/filter_plugins/inventory.py")
+POOL = "198.19.1.0/24"
+
+
+def cabled(names, cable_list):
+    hosts = [dict(host(n, f"198.18.1.{11 + i}"), slots=1, mpi_address=f"198.18.1.{11 + i}",
+                  ip=f"198.18.1.{11 + i}") for i, n in enumerate(names)]
+    plan = cables.cable_plan(cable_list, names, POOL)
+    topo = topology.cable_topology(hosts, plan)
+    hostfile = inventory.mlx_hostfile(hosts, "ring", topo if topo["backends"]["ring"] else None)
+    facts_by_host = {h["name"]: facts("en0", h["ansible_host"]) for h in hosts}
+    return hosts, plan, {"topology": topo, "hostfile": hostfile}, facts_by_host
+
+
+def test_a_ring_of_cables_runs_mlx_ring_in_ring_order_and_open_mpi_over_management():
+    # a - c - b - d - a: MLX's ring (and train.yml's hosts.json) ranks a, c, b, d.
+    names = ["a", "b", "c", "d"]
+    ring = [["a", "en2", "c", "en2"], ["c", "en3", "b", "en2"], ["b", "en3", "d", "en2"],
+            ["d", "en3", "a", "en3"]]
+    hosts, plan, cabling, facts_by_host = cabled(names, ring)
+    nets = bench.bench_networks(hosts, facts_by_host, "bridge0", cabling)
+    assert nets == [
+        {"label": "cables", "interface": POOL, "backends": ["ring"], "order": ["a", "c", "b", "d"],
+         "ips": [e["ips"][0] for e in cabling["hostfile"]["hosts"]]},
+        {"label": "management", "interface": "en0", "backends": ["mpi", "mpi4py"],
+         "ips": ["198.18.1.11", "198.18.1.12", "198.18.1.13", "198.18.1.14"]},
+    ]
+    # rank 1 (c) listens on its cable to rank 0 (a), where a connects
+    a_c = next(c for c in plan["cables"] if c["hosts"] == ["a", "c"])
+    assert nets[0]["ips"][1] == a_c["addresses"][1]
+
+
+def test_two_cabled_hosts_run_everything_over_their_cable():
+    hosts, plan, cabling, facts_by_host = cabled(["a", "b"], [["a", "en2", "b", "en3"]])
+    nets = bench.bench_networks(hosts, facts_by_host, "bridge0", cabling)
+    assert nets[0] == {"label": "cables", "interface": POOL,
+                       "ips": plan["cables"][0]["addresses"]}
+    assert nets[1] == {"label": "management", "interface": "en0",
+                       "ips": ["198.18.1.11", "198.18.1.12"]}
+
+
+def test_a_chain_has_no_all_reduce_over_the_cables():
+    hosts, _, cabling, facts_by_host = cabled(["a", "b", "c"], [["a", "en2", "b", "en2"],
+                                                                ["b", "en3", "c", "en2"]])
+    nets = bench.bench_networks(hosts, facts_by_host, "bridge0", cabling)
+    assert [n["label"] for n in nets] == ["management"] and "backends" not in nets[0]
+
+
+def test_iperf3_measures_host_pairs_per_network_and_each_cable_alone():
+    hosts, plan, cabling, facts_by_host = cabled(["a", "b", "c"], [["a", "en2", "b", "en2"],
+                                                                   ["b", "en3", "c", "en2"]])
+    nets = bench.bench_networks(hosts, facts_by_host, "bridge0", cabling)
+    pairs = bench.bench_iperf3_pairs(nets, ["a", "b", "c"], plan["cables"])
+    assert [(p["network"], p["link"], p["a_ip"], p["b_ip"]) for p in pairs] == [
+        ("management", "a -> b", "198.18.1.11", "198.18.1.12"),
+        ("management", "a -> c", "198.18.1.11", "198.18.1.13"),
+        ("management", "b -> c", "198.18.1.12", "198.18.1.13"),
+        ("cables", "a en2 - b en2", "198.19.1.1", "198.19.1.2"),
+        ("cables", "b en3 - c en2", "198.19.1.5", "198.19.1.6"),
+    ]
+    assert (pairs[-1]["a"], pairs[-1]["b"]) == ("b", "c")
+    assert bench.bench_iperf3_pairs(nets, ["a", "b", "c"]) == pairs[:3]
+
+
 def test_sizes():
     assert bench.bench_sizes(4096, 1 * MiB) == [4096, 16384, 65536, 262144, MiB]
     assert bench.bench_sizes(4096, 100000, 4)[-1] == 100000
@@ -159,6 +226,15 @@ def test_recommend_keeps_thunderbolt_unless_another_network_is_clearly_faster():
     assert bench.bench_recommend([tb, en0])["network"] == "management"
 
 
+def test_over_cables_the_ring_over_them_stays_unless_mpi_is_clearly_faster():
+    cabled_ring = run("cables", "ring", [1e-4, 3e-4, 2e-3, 30e-3])
+    en0 = run("management", "mpi", [1e-4, 3e-4, 2e-3, 28e-3])
+    en0["median_seconds"] = [1e-4, 3e-4, 2e-3, 29e-3]
+    rec = bench.bench_recommend([cabled_ring, en0])
+    assert (rec["network"], rec["backend"]) == ("cables", "ring"), rec
+    assert bench.bench_launch_vars(rec)["backend"] == "ring"  # hosts.json runs over the cables
+
+
 def test_recommend_without_results_is_empty():
     assert bench.bench_recommend([RESULTS[-1]]) == {}
     assert bench.bench_launch_vars({}) == {}
@@ -166,9 +242,11 @@ def test_recommend_without_results_is_empty():
 
 def test_markdown_has_links_sizes_failures_and_verdict():
     links = [{"network": "thunderbolt", "a": "a", "b": "b", "gbps": 9.31},
+             {"network": "cables", "link": "a en2 - b en3", "a": "a", "b": "b", "gbps": 12.5},
              {"network": "management", "a": "a", "b": "b", "error": "iperf3 not installed on b"}]
     md = bench.bench_markdown(RESULTS, links, bench.bench_recommend(RESULTS))
     assert "| thunderbolt | a -> b | 9.31 |" in md
+    assert "| cables | a en2 - b en3 | 12.50 |" in md
     assert "failed: iperf3 not installed on b" in md
     assert "| configuration | ranks | 4 KiB | 64 KiB | 1 MiB | 16 MiB |" in md
     assert "| MLX mpi links=4 @ thunderbolt (bridge0) | 2 | 0.100 / 0.100, 0.33 |" in md

@@ -28,15 +28,18 @@ def test_a_ring_of_four():
     assert plan["pool"] == POOL
     assert plan["cables"] == [
         {"hosts": ["m1", "m2"], "interfaces": ["en2", "en3"],
-         "addresses": ["198.18.0.1", "198.18.0.2"], "network": "198.18.0.0/30", "prefix": 30},
+         "addresses": ["198.18.0.1", "198.18.0.2"], "network": "198.18.0.0/30", "prefix": 30,
+         "label": "m1 en2 - m2 en3"},
         {"hosts": ["m2", "m3"], "interfaces": ["en2", "en3"],
-         "addresses": ["198.18.0.5", "198.18.0.6"], "network": "198.18.0.4/30", "prefix": 30},
+         "addresses": ["198.18.0.5", "198.18.0.6"], "network": "198.18.0.4/30", "prefix": 30,
+         "label": "m2 en2 - m3 en3"},
         # m4's cables come last (it is last in the inventory), m1's first among them.
         {"hosts": ["m1", "m4"], "interfaces": ["en3", "en2"],
-         "addresses": ["198.18.0.9", "198.18.0.10"], "network": "198.18.0.8/30", "prefix": 30},
+         "addresses": ["198.18.0.9", "198.18.0.10"], "network": "198.18.0.8/30", "prefix": 30,
+         "label": "m1 en3 - m4 en2"},
         {"hosts": ["m3", "m4"], "interfaces": ["en2", "en3"],
          "addresses": ["198.18.0.13", "198.18.0.14"], "network": "198.18.0.12/30",
-         "prefix": 30},
+         "prefix": 30, "label": "m3 en2 - m4 en3"},
     ]
 
 

@@ -49,11 +49,14 @@ MACS = [host("m1", tb="198.19.0.1"), host("m2", tb="198.19.0.2")]
 MAC_INFOS = [info("m1", "/Users/alice"), info("m2", "/Users/alice")]
 
 
-def command(hosts, infos, version, libmpi, mpirun="/usr/bin/mpirun", np=None, run="runs/r"):
-    """The full argv the role builds for the mpi backend."""
+def command(hosts, infos, version, libmpi, mpirun="/usr/bin/mpirun", np=None, run="runs/r",
+            exclude=None):
+    """The full argv the role builds for the mpi backend; the interface as cluster_mpi_interface
+    gives it (bridge0 when the hosts have Thunderbolt addresses)."""
     np = np or sum(h["slots"] for h in hosts)
+    interface = "bridge0" if any(h["thunderbolt_ip"] for h in hosts) else ""
     options = launch.launch_mpi_options(hosts, infos, np, "/w/hostfile", version, libmpi,
-                                        "bridge0")
+                                        interface, exclude=exclude)
     program = launch.launch_rank_program(layout.cluster_layout(infos), run)
     return mpi.mpirun_argv(mpirun, **options) + program + launch.launch_train_args(
         {"model": "mlp", "steps": "5"})
@@ -123,10 +126,48 @@ def test_cluster_without_thunderbolt_addresses_leaves_interfaces_to_open_mpi():
     assert "btl_tcp_if_include" not in argv
 
 
+def test_cables_over_the_management_network_keep_open_mpi_off_the_pool():
+    hosts = [host("a", address="198.18.0.1"), host("b", address="198.18.0.2"), host("c")]
+    argv = command(hosts, [info(n, "/home/u") for n in "abc"], "5.0.8", "/l.so",
+                   exclude="10.213.0.0/24")
+    joined = " ".join(argv)
+    assert "--prtemca oob_tcp_if_exclude 10.213.0.0/24" in joined
+    assert "--mca btl_tcp_if_exclude 127.0.0.1/8,sppp,10.213.0.0/24" in joined
+    alone = command(hosts[:1], [info("a", "/home/u")], "5.0.8", "/l.so", exclude="10.213.0.0/24")
+    assert "btl_tcp_if_exclude" not in alone  # one host: no traffic between hosts
+
+
 def test_ring_backend_runs_mlx_launch_with_hosts_json():
-    argv = launch.launch_ring_argv("/Users/a/mlx-cluster/venv/bin/mlx.launch", "/w/hosts.json")
+    argv = launch.launch_mlx_argv("/Users/a/mlx-cluster/venv/bin/mlx.launch", "/w/hosts.json")
     assert argv == ["/Users/a/mlx-cluster/venv/bin/mlx.launch", "--hostfile", "/w/hosts.json",
                     "--backend", "ring", "--"]
+
+
+@pytest.mark.parametrize("backend", ["jaccl", "jaccl-ring"])
+def test_jaccl_backends_run_mlx_launch_with_their_own_hostfile(backend, tmp_path):
+    """mlx.launch takes the argv and our jaccl hostfile, and hands every rank the RDMA device
+    matrix and the coordinator. Two "hosts" at 127.0.0.1, which mlx.launch starts without ssh:
+    the ranks print what they were given (opening RDMA devices needs Thunderbolt 5 Macs)."""
+    inventory = load("roles/cluster/filter_plugins/inventory.py")
+    cables = load("roles/cluster/filter_plugins/cables.py")
+    topology = load("roles/cluster/filter_plugins/topology.py")
+    hosts = [dict(host(n, address="127.0.0.1"), ip="127.0.0.1") for n in ("a", "b")]
+    topo = topology.cable_topology(hosts, cables.cable_plan([["a", "en2", "b", "en3"]],
+                                                           ["a", "b"], "198.19.0.0/24"))
+    hostfile = tmp_path / f"hosts-{backend}.json"
+    hostfile.write_text(json.dumps(inventory.mlx_hostfile(hosts, backend, topo)))
+    mlx_launch = Path(sys.executable).parent / "mlx.launch"
+    argv = launch.launch_mlx_argv(mlx_launch, hostfile, backend)
+    assert argv == [str(mlx_launch), "--hostfile", str(hostfile), "--backend", backend, "--"]
+    program = ("import os; e = os.environ; print(e['MLX_RANK'], e['MLX_JACCL_COORDINATOR'], "
+               "e.get('MLX_JACCL_RING'), open(e['MLX_IBV_DEVICES']).read())")
+    done = subprocess.run(argv + [sys.executable, "-c", program], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    ring = "1" if backend == "jaccl-ring" else "None"
+    assert sorted(line for line in done.stdout.splitlines() if line.strip()) == [
+        f'{rank} 127.0.0.1:32323 {ring} [[null, "rdma_en2"], ["rdma_en3", null]]'
+        for rank in (0, 1)]
 
 
 def test_paths_that_differ_beyond_the_home_are_refused_naming_the_hosts():
@@ -238,6 +279,51 @@ def test_ranks_fill_hosts_in_hostfile_order():
     assert launch.launch_rank_hosts(hosts, 1) == ["a"]
 
 
+def test_over_cables_the_ranks_follow_the_ring_as_hosts_json_does():
+    inventory = load("roles/cluster/filter_plugins/inventory.py")
+    cables = load("roles/cluster/filter_plugins/cables.py")
+    topology = load("roles/cluster/filter_plugins/topology.py")
+    names = ["a", "b", "c", "d"]
+    # a ring a - c - b - d - a: MLX's ring visits a, c, b, d
+    ring = [["a", "en2", "c", "en2"], ["c", "en3", "b", "en2"], ["b", "en3", "d", "en2"],
+            ["d", "en3", "a", "en3"]]
+    hosts = [dict(host(n, address=f"198.18.0.{i + 1}"), ip=f"198.18.0.{i + 1}")
+             for i, n in enumerate(names)]
+    topo = topology.cable_topology(hosts, cables.cable_plan(ring, names, "198.19.0.0/24"))
+    assert topo["ring"] == ["a", "c", "b", "d"]
+    ranks = launch.launch_rank_hosts(hosts, 4, topo["ring"])
+    hosts_json = inventory.mlx_hostfile(hosts, "ring", topo)
+    address = {h["mpi_address"]: h["name"] for h in hosts}
+    assert ranks == [address[e["ssh"]] for e in hosts_json["hosts"]] == ["a", "c", "b", "d"]
+    plan = launch.launch_rank_plan(ranks, hosts, [info(n, "/home/u") for n in names], "a",
+                                   "runs/r")
+    assert [(p["rank"], p["host"], p["address"]) for p in plan] == [
+        (0, "a", "local"), (1, "c", "198.18.0.3"), (2, "b", "198.18.0.2"), (3, "d", "198.18.0.4")]
+
+
+def test_jaccl_refuses_hosts_without_the_rdma_devices_of_their_cables():
+    inventory = load("roles/cluster/filter_plugins/inventory.py")
+    cables = load("roles/cluster/filter_plugins/cables.py")
+    topology = load("roles/cluster/filter_plugins/topology.py")
+    names = ["a", "b", "c"]
+    mesh = [["a", "en2", "b", "en2"], ["a", "en3", "c", "en2"], ["b", "en3", "c", "en3"]]
+    hosts = [dict(host(n, address=f"198.18.0.{i + 1}"), ip=f"198.18.0.{i + 1}")
+             for i, n in enumerate(names)]
+    topo = topology.cable_topology(hosts, cables.cable_plan(mesh, names, "198.19.0.0/24"))
+    hostfile = inventory.mlx_hostfile(hosts, "jaccl", topo)
+    ranks = launch.launch_rank_hosts(hosts, 3)
+    ready = [{"name": n, "rdma_devices": ["rdma_en2", "rdma_en3", "rdma_en4"]} for n in names]
+    assert launch.launch_rdma_errors(ready, hostfile, ranks) == []
+    unready = [ready[0], {"name": "b", "rdma_devices": ["rdma_en2"]},
+               {"name": "c", "rdma_devices": None}]
+    errors = launch.launch_rdma_errors(unready, hostfile, ranks)
+    assert errors[0].startswith("b: no RDMA device rdma_en3 for its cables (ibv_devices lists "
+                                "rdma_en2) — jaccl needs RDMA over Thunderbolt 5")
+    assert errors[1].startswith("c: no RDMA device rdma_en2, rdma_en3 for its cables "
+                                "(ibv_devices could not run)")
+    assert "check.yml -e doctor_backend=jaccl" in errors[0] and len(errors) == 2
+
+
 # ---------------------------------------------------------------- request and preflight
 
 CLUSTER = [host("a", 2, tb="198.19.0.1"), host("b", 1, tb="198.19.0.2"), host("c", 0)]
@@ -261,12 +347,25 @@ def test_good_request_has_no_errors():
      ({"np": "-1"}, "np: '-1' is not a positive integer"),
      ({"backend": "ring", "np": "2"}, "np: the ring backend starts one rank per slot"),
      ({"backend": "ring", "mpi_extra_args": "-v"}, "mpi_extra_args: only the mpi backend"),
+     ({"backend": "jaccl"}, "backend: jaccl runs over RDMA between Macs cabled point to point"),
      ({"time_limit": "1h"}, "time_limit: '1h' is not a positive integer")],
 )
 def test_bad_request_names_the_variable(request_, start):
     errors = launch.launch_request_errors(request_, CLUSTER)
     assert len(errors) == 1 and errors[0].startswith(start), errors
     assert "—" in errors[0]  # every message carries its fix
+
+
+@pytest.mark.parametrize(
+    ("request_", "start"),
+    [({"backend": "jaccl", "np": "2"}, "np: the jaccl backend starts one rank per slot"),
+     ({"backend": "jaccl-ring", "elastic": "true"}, "elastic: only the mpi backend"),
+     ({"backend": "ring", "mpi_extra_args": "-v"}, "mpi_extra_args: only the mpi backend")],
+)
+def test_over_cables_the_mlx_backends_are_checked_like_ring(request_, start):
+    errors = launch.launch_request_errors(request_, CLUSTER, "cables")
+    assert len(errors) == 1 and errors[0].startswith(start), errors
+    assert launch.launch_request_errors({"backend": "jaccl"}, CLUSTER, "cables") == []
 
 
 def test_np_defaults_to_every_slot():

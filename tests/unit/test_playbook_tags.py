@@ -17,8 +17,8 @@ SETUP_PLAYS = [{"always", "validate"}] + [
     {"always", role}
     for role in ("openmpi", "thunderbolt", "ssh_mesh", "python_env", "macos", "hostfiles")]
 CHECK_PLAYS = [
-    {"always", "inventory", "reach", "openmpi", "hostfiles", "thunderbolt", "ssh", "python", "mpi",
-     "macos"},
+    {"always", "inventory", "reach", "openmpi", "hostfiles", "thunderbolt", "cables", "ssh",
+     "python", "mpi", "macos"},
     {"always"},  # the report, written for whichever groups ran
 ]
 

@@ -6,9 +6,12 @@ Pure functions, unit-tested in tests/unit/test_bench_filters.py.
 """
 
 import ipaddress
+import itertools
 import json
 
 MLX_BACKENDS = ("mpi", "ring")  # what train.yml can launch; mpi4py is the reference
+# The networks of the Thunderbolt ports: the bridge, or the cables of thunderbolt_topology cables.
+THUNDERBOLT = ("thunderbolt", "cables")
 
 
 def _is_ip(value):
@@ -33,17 +36,29 @@ def _iface_with(facts, address):
     return None, None
 
 
-def bench_networks(hosts, facts_by_host, thunderbolt_interface):
-    """The networks to compare: Thunderbolt (when every host has thunderbolt_ip), management.
+def bench_networks(hosts, facts_by_host, thunderbolt_interface, cables=None):
+    """The networks to compare: Thunderbolt (when every host has thunderbolt_ip, or over cables),
+    management.
 
     hosts: cluster_hosts entries of the ranked hosts; facts_by_host: name -> ansible_facts.
     Each network: {"label", "interface" (Open MPI if_include: a name, or a CIDR when hosts name
-    it differently), "ips" (per host, in order)}.
+    it differently), "ips" (per rank)}, and where not every backend or rank order applies,
+    "backends" (those that run on it) and "order" (the hosts in rank order).
+
+    cables (thunderbolt_topology cables): {"topology": cable_topology, "hostfile": the ring
+    hostfile, cluster_mlx_hostfile}. Two hosts cabled: every backend over the cables. More,
+    cabled as a ring: MLX's ring over the cables, its ranks in the ring's order (as train.yml
+    runs it), and Open MPI over the management network (as train.yml's mpi backend runs it).
     """
     networks = []
     if hosts and all(h.get("thunderbolt_ip") for h in hosts):
         networks.append({"label": "thunderbolt", "interface": thunderbolt_interface,
                          "ips": [h["thunderbolt_ip"] for h in hosts]})
+    management = {}
+    if cables and len(hosts) > 1:
+        networks += _cable_network(hosts, cables)
+        if networks and networks[-1].get("backends") == ["ring"]:
+            management = {"backends": ["mpi", "mpi4py"]}  # ring runs over the cables
     ips, names, subnets = [], set(), []
     for h in hosts:
         facts = facts_by_host.get(h["name"]) or {}
@@ -59,8 +74,46 @@ def bench_networks(hosts, facts_by_host, thunderbolt_interface):
     if hosts:
         same_name = len(names) == 1 and None not in names
         interface = names.pop() if same_name else str(subnets[0] or f"{ips[0]}/32")
-        networks.append({"label": "management", "interface": interface, "ips": ips})
+        networks.append({"label": "management", "interface": interface, "ips": ips,
+                         **management})
     return networks
+
+
+def _cable_network(hosts, cables):
+    """The cables as a network to run all-reduces over ([] when they carry none)."""
+    topology, hostfile = cables["topology"], cables["hostfile"]
+    pool = topology["mpi"].get("include") or topology["mpi"].get("exclude")
+    if topology["mpi"]["over"] == "cables":  # two hosts: a cable's two ends
+        cable = topology["cables"][0]
+        by_host = dict(zip(cable["hosts"], cable["addresses"], strict=True))
+        return [{"label": "cables", "interface": pool, "ips": [by_host[h["name"]] for h in hosts]}]
+    if not topology["backends"]["ring"]:
+        return []
+    # hosts.json over the cables: rank r listens on its cable to rank r-1, in the ring's order.
+    return [{"label": "cables", "interface": pool, "backends": ["ring"],
+             "order": list(topology["ring"]), "ips": [e["ips"][0] for e in hostfile["hosts"]]}]
+
+
+def bench_iperf3_pairs(networks, names, cables=None):
+    """What iperf3 measures: every pair of hosts on each network, and each cable on its own.
+
+    networks: bench_networks; names: the ranked hosts, whose ips the networks list (unless a
+    network gives its own order); cables: cable_plan's cables ([] or None without). Returns
+    [{"network", "link", "a" (the client), "b" (the server), "a_ip", "b_ip"}]."""
+    pairs = []
+    for network in networks:
+        if network["label"] == "cables":
+            continue  # the cables' pairs are the cables themselves, below
+        order = network.get("order") or names
+        for i, j in itertools.combinations(range(len(network["ips"])), 2):
+            pairs.append({"network": network["label"], "link": f"{order[i]} -> {order[j]}",
+                          "a": order[i], "b": order[j],
+                          "a_ip": network["ips"][i], "b_ip": network["ips"][j]})
+    for cable in cables or []:
+        (a, b), (a_ip, b_ip) = cable["hosts"], cable["addresses"]
+        pairs.append({"network": "cables", "link": cable["label"], "a": a, "b": b,
+                      "a_ip": a_ip, "b_ip": b_ip})
+    return pairs
 
 
 def bench_sizes(min_bytes, max_bytes, factor=4):
@@ -181,9 +234,9 @@ def bench_recommend(results, min_fraction=0.8, margin=0.1):
     if not mlx:
         return {}
     best = min(mlx, key=lambda r: r["seconds"][-1])
-    thunderbolt = [r for r in mlx if r["network"] == "thunderbolt"]
+    thunderbolt = [r for r in mlx if r["network"] in THUNDERBOLT]
     kept_thunderbolt = ""
-    if thunderbolt and best["network"] != "thunderbolt":
+    if thunderbolt and best["network"] not in THUNDERBOLT:
         fastest_tb = min(thunderbolt, key=lambda r: r["seconds"][-1])
         if _median(best)[-1] >= (1 - margin) * fastest_tb["seconds"][-1]:
             kept_thunderbolt = (f"; {_config(best)} was not clearly faster (median "
@@ -243,7 +296,8 @@ def bench_markdown(results, links, recommendation):
     lines = ["## Raw TCP per link (iperf3)", "", "| network | link | Gbit/s |", "|---|---|---|"]
     for link in links:
         value = f"{link['gbps']:.2f}" if "gbps" in link else f"failed: {link.get('error')}"
-        lines.append(f"| {link['network']} | {link['a']} -> {link['b']} | {value} |")
+        name = link.get("link") or f"{link['a']} -> {link['b']}"
+        lines.append(f"| {link['network']} | {name} | {value} |")
     done = [r for r in results if not r.get("error")]
     sizes = sorted({n for r in done for n in r["sizes"]})
     lines += ["", "## All-reduce (sum of a float32 gradient of each size; bfloat16 rows send it "
@@ -281,6 +335,7 @@ class FilterModule:
             "bench_busbw_gbps": bench_busbw_gbps,
             "bench_hostfile_hosts": bench_hostfile_hosts,
             "bench_iperf3_gbps": bench_iperf3_gbps,
+            "bench_iperf3_pairs": bench_iperf3_pairs,
             "bench_launch_vars": bench_launch_vars,
             "bench_markdown": bench_markdown,
             "bench_mpirun_variants": bench_mpirun_variants,

@@ -31,7 +31,8 @@ def cable_plan(cables, hosts, pool):
     whatever order they were listed or discovered in. Returns
     {"pool": "10.213.0.0/24",
      "cables": [{"hosts": [a, b], "interfaces": [ifa, ifb], "addresses": [ipa, ipb],
-                 "network": "10.213.0.0/30", "prefix": 30}, ...],   # in address order
+                 "network": "10.213.0.0/30", "prefix": 30,
+                 "label": "a ifa - b ifb"}, ...],   # in address order; label: how messages name it
      "hosts": {host: [{"interface", "address", "prefix", "network",
                        "peer", "peer_interface", "peer_address"}, ...], ...}}
     where a is the end earlier in the inventory and gets the lower address; every host of hosts
@@ -55,6 +56,7 @@ def cable_plan(cables, hosts, pool):
             "addresses": addresses,
             "network": str(subnet),
             "prefix": PREFIX,
+            "label": f"{host_a} {interface_a} - {host_b} {interface_b}",
         })
         ends = [(host_a, interface_a, addresses[0]), (host_b, interface_b, addresses[1])]
         for (host, interface, address), (peer, peer_interface, peer_address) in (

@@ -74,11 +74,6 @@ def _shape(count, missing):
     return "other"
 
 
-def _cable_text(cable):
-    return f"{cable['hosts'][0]} {cable['interfaces'][0]} - {cable['hosts'][1]} " \
-           f"{cable['interfaces'][1]}"
-
-
 def cable_topology(hosts, plan):
     """The cable graph over the hosts that run ranks (cluster_hosts entries, mpi_slots > 0).
 
@@ -130,7 +125,7 @@ def cable_topology(hosts, plan):
         topology["summary"] = "one host runs ranks: its ranks need no cable"
     else:
         summary = f"{shape}: {n} hosts, {len(cables)} cable(s)"
-        summary += ": " + ", ".join(map(_cable_text, cables)) if cables else ""
+        summary += ": " + ", ".join(c["label"] for c in cables) if cables else ""
         if disconnected:
             summary += f"; not cabled to the others: {', '.join(disconnected)}"
         topology["summary"] = summary

@@ -23,6 +23,13 @@ CHECKS = {
     "tb_iface": "Thunderbolt interface",
     "ping": "ping over Thunderbolt",
     "tb_loop": "bridge0 loop risk",
+    "topology": "cable topology",
+    "backend": "backend over the cables",
+    "bridge_off": "Thunderbolt Bridge off",
+    "cable_port": "cable port",
+    "cable_ping": "ping across cable",
+    "rdma": "RDMA ready",
+    "macos_build": "macOS build identical",
     "python_env": "Python env identical",
     "train_pkg": "train/ identical",
     "mlx_import": "mlx imports",
@@ -31,6 +38,7 @@ CHECKS = {
     "mac_sleep": "sleep settings",
     "mlx_mpi": "MLX MPI group",
     "link": "link latency/bandwidth",
+    "cable_link": "cable latency/bandwidth",
     "doctor": "check.yml itself",
 }
 
@@ -81,6 +89,41 @@ FIXES = {
     "both Thunderbolt rows; a cable that was re-plugged may have left bridge0 without an address.",
     "tb_loop": "Three or more hosts bridge the same Thunderbolt segment: cable them as a chain or "
     "a star, never a ring, or the bridges forward frames around the loop and flood the network.",
+    "topology": "Cable every host that runs ranks to the others (see the backend row).",
+    "backend": "The cables cannot carry this backend (the detail says why and which cable to "
+    "add); cable as it says, or pick a backend they allow: train.yml -e backend=..., and "
+    "check.yml -e doctor_backend=... to check for it.",
+    ("bridge_off", "member"): "The Thunderbolt Bridge still joins the cable ports on {target}: "
+    "without spanning tree it forwards frames around any loop of cables and floods every Mac on "
+    "it. Re-run setup.yml (cables mode takes the bridge down), or on the Mac: System Settings > "
+    "Network > Thunderbolt Bridge > Make Inactive.",
+    ("bridge_off", "address"): "bridge0 on {target} still carries an address from the bridge "
+    "topology: run `ansible-playbook reset.yml --tags thunderbolt` with the inventory that set "
+    "it, then setup.yml.",
+    "bridge_off": "Take the Thunderbolt Bridge down on {target} (re-run setup.yml).",
+    ("cable_port", "missing"): "{target}: no such interface. Check the cable's entry in "
+    "thunderbolt_cables (the device `networksetup -listallhardwareports` shows for the port, "
+    "`ip link` on Linux) and that the cable is plugged in.",
+    ("cable_port", "down"): "The port is down on {target}: check its cable, then re-run setup.yml "
+    "(Linux: ip link set <port> up).",
+    ("cable_port", "address"): "The port lacks its cable's address on {target}: re-run setup.yml, "
+    "which gives each cable its /30 from thunderbolt_cables and thunderbolt_cable_pool.",
+    "cable_port": "Check the cable port on {target}.",
+    "cable_ping": "No reply across this cable ({target}): check that it is plugged in at both "
+    "ends named (a Thunderbolt cable, not a charging-only USB-C one) and both cable port rows, "
+    "then re-run setup.yml.",
+    ("rdma", "no_rdma_ctl"): "{target} has no rdma_ctl: RDMA over Thunderbolt needs macOS 26.2 or "
+    "later on a Mac with Thunderbolt 5; update macOS, or train with backend ring.",
+    ("rdma", "disabled"): "RDMA over Thunderbolt is off on {target}, and only macOS Recovery can "
+    "turn it on (not remotely, not with sudo): shut the Mac down, hold the power button until "
+    "the startup options appear, choose Options, then Utilities > Terminal: `rdma_ctl enable`, "
+    "and restart. Do this on every Mac.",
+    ("rdma", "devices"): "RDMA is on but a cable port of {target} has no RDMA device: RDMA needs "
+    "Thunderbolt 5 on both Macs and a Thunderbolt 5 cable (on a Mac Studio not the port next to "
+    "Ethernet); see `ibv_devices` and `ibv_devinfo` (PORT_ACTIVE) there.",
+    "rdma": "Run `rdma_ctl status` and `ibv_devices` on {target} and fix what they say.",
+    "macos_build": "RDMA needs the same macOS build on every Mac (`sw_vers -buildVersion`): "
+    "update them all to one release (Software Update), betas included.",
     "python_env": "Re-run setup.yml so every host gets the same Python and packages.",
     "train_pkg": "train/ on {target} differs from this checkout: re-run setup.yml to sync it (and "
     "do not edit the copy on a host).",
@@ -114,6 +157,9 @@ FIXES = {
     ("link", "slow"): "This pair is much slower than the best pair: replace or reseat the cable "
     "between them (Thunderbolt 4/5 cable, direct port, no hub), and check no link is shaped.",
     ("link", "timeout"): "The ping-pong hung: fix the mpirun across hostfile row first.",
+    ("cable_link", "slow"): "This cable is much slower than the best one: replace or reseat it "
+    "(a Thunderbolt 4/5 cable, straight into the port, no hub or dock).",
+    "cable_link": "The ping-pong across this cable did not finish: fix its ping row first.",
     "link": "The ping-pong across the pair did not finish: fix the ping/ssh rows for the pair.",
     "doctor": "A check could not run on {target} (see the task named above); fix what the "
     "message says, or report it as a bug in check.yml.",
@@ -223,22 +269,129 @@ def _iface_up(iface):
     return "UP" in (iface.get("flags") or [])
 
 
-def doctor_iface_row(facts, host, interface, expected_ip):
-    """Thunderbolt interface row: present, up, carrying expected_ip."""
+def doctor_iface_row(facts, host, interface, expected_ip, check="tb_iface"):
+    """An interface row (Thunderbolt interface, or a cable port with check cable_port): present,
+    up, carrying expected_ip. A cable port's target names the port: 'mac1 en2'."""
+    target = host if check == "tb_iface" else f"{host} {interface}"
     key = str(interface).replace("-", "_").replace(".", "_")
     iface = (facts or {}).get(key)
     if not isinstance(iface, dict) or str(interface) not in (facts or {}).get("interfaces", [
         interface
     ]):
-        return doctor_row("tb_iface", host, False, f"no interface {interface}", "missing")
+        return doctor_row(check, target, False, f"no interface {interface}", "missing")
     addresses = _iface_addresses(iface)
     if not _iface_up(iface):
-        return doctor_row("tb_iface", host, False, f"{interface} is down", "down")
+        return doctor_row(check, target, False, f"{interface} is down", "down")
     if str(expected_ip) not in addresses:
         have = ", ".join(addresses) or "no IPv4 address"
-        return doctor_row("tb_iface", host, False,
+        return doctor_row(check, target, False,
                           f"{interface} has {have}, expected {expected_ip}", "address")
-    return doctor_row("tb_iface", host, True, f"{interface} up, {expected_ip}")
+    return doctor_row(check, target, True, f"{interface} up, {expected_ip}")
+
+
+# ---- cables topology (thunderbolt_topology: cables)
+
+
+def doctor_topology_rows(topology, backend, errors):
+    """The cables' rows, on the cluster: what they form (shape, the ring MLX would take, i.e. the
+    ranks of ring and jaccl-ring), and whether they carry `backend` (the one train.yml will run;
+    doctor_backend) with the others they allow. topology: cable_topology's result; errors:
+    cable_backend_errors(topology, backend), why they cannot carry it."""
+    shape = topology["summary"]
+    if topology["ring"]:
+        shape += "; ring order (ranks of ring, jaccl-ring): " + ", ".join(topology["ring"])
+    allowed = [name for name, ok in topology["backends"].items() if ok]
+    mpi = topology["mpi"]
+    over = ("over the cables" if mpi["over"] == "cables"
+            else f"over the management network ({mpi['exclude']} excluded)")
+    detail = (f"they allow {', '.join(allowed) or 'none of ring, jaccl, jaccl-ring'}; "
+              f"mpi runs {over}")
+    return [
+        doctor_row("topology", "cluster", not topology["disconnected"], shape, "disconnected",
+                   None if not topology["disconnected"] else "warn"),
+        doctor_row("backend", backend, not errors, "; ".join(errors) or detail, "refused"),
+    ]
+
+
+def doctor_bridge_state(ifconfig):
+    """macOS `ifconfig bridge0` (a result read through command_result) -> {"exists", "up",
+    "members", "addresses"}: up when its flags say UP (`ifconfig bridge0 down` clears it, as
+    mlx.distributed_config does), members from its `member:` lines, IPv4 from `inet` lines.
+    A failed ifconfig (no bridge0) means there is none."""
+    if ifconfig.get("rc", 1) != 0:
+        return {"exists": False, "up": False, "members": [], "addresses": []}
+    lines = str(ifconfig.get("stdout", "")).splitlines()
+    flags = lines[0].partition("<")[2].partition(">")[0].split(",") if lines else []
+    words = [line.split() for line in lines[1:]]
+    return {"exists": True, "up": "UP" in flags,
+            "members": [w[1] for w in words if len(w) > 1 and w[0] == "member:"],
+            "addresses": [w[1] for w in words if len(w) > 1 and w[0] == "inet"]}
+
+
+def doctor_bridge_facts(facts, bridge="bridge0"):
+    """The same state from Linux facts (bridges list their members under `interfaces`)."""
+    iface = (facts or {}).get(bridge)
+    if not isinstance(iface, dict):
+        return {"exists": False, "up": False, "members": [], "addresses": []}
+    return {"exists": True, "up": _iface_up(iface), "members": list(iface.get("interfaces") or []),
+            "addresses": _iface_addresses(iface)}
+
+
+def doctor_bridge_row(state, host, ports, bridge="bridge0"):
+    """Thunderbolt Bridge off, as cables mode needs: no cable port of this host (ports) in an
+    up bridge0, and no address on it. state: doctor_bridge_state or doctor_bridge_facts."""
+    if not state["exists"]:
+        return doctor_row("bridge_off", host, True, f"no {bridge}")
+    bridged = sorted(set(state["members"]) & set(ports)) if state["up"] else []
+    if bridged:
+        return doctor_row("bridge_off", host, False,
+                          f"{bridge} is up with the cable port(s) {', '.join(bridged)}", "member")
+    if state["addresses"]:
+        return doctor_row("bridge_off", host, False,
+                          f"{bridge} has {', '.join(state['addresses'])}", "address")
+    members = f", members {', '.join(state['members'])}" if state["members"] else ""
+    return doctor_row("bridge_off", host, True,
+                      f"{bridge} {'up' if state['up'] else 'down'}{members}, no address")
+
+
+def doctor_rdma_row(host, system, ctl, devices, missing, required):
+    """RDMA ready on one host, for MLX's jaccl backends: `rdma_ctl status` says enabled and
+    `ibv_devices` lists rdma_<port> for each of its cable ports. ctl: rdma_ctl_state of its
+    output (None when rdma_ctl could not run); devices: ibv_device_names; missing:
+    rdma_missing_devices for its cable ports. Not needed (required false: the backend is ring
+    or mpi), a problem is a warning."""
+    if system != "Darwin":
+        return doctor_row("rdma", host, True, f"not macOS ({system}): RDMA over Thunderbolt is "
+                          "a macOS feature", status="skipped")
+    status = None if required else "warn"
+    if ctl is None:
+        return doctor_row("rdma", host, False, "no rdma_ctl (macOS before 26.2?)", "no_rdma_ctl",
+                          status)
+    if ctl != "enabled":
+        return doctor_row("rdma", host, False, f"rdma_ctl status: {ctl}", "disabled", status)
+    listed = f"ibv_devices: {', '.join(devices) or 'none'}"
+    if missing:
+        return doctor_row("rdma", host, False, f"enabled, but no {', '.join(missing)} for its "
+                          f"cables ({listed})", "devices", status)
+    return doctor_row("rdma", host, True, f"enabled; {listed}")
+
+
+def doctor_build_row(host, system, build, reference, required):
+    """This Mac's macOS build (sw_vers -buildVersion) against the launch host's: RDMA needs the
+    same build everywhere. reference: the launch host's build (None when it is no Mac)."""
+    if system != "Darwin":
+        return doctor_row("macos_build", host, True, f"not macOS ({system})", status="skipped")
+    same = reference is None or build == reference
+    detail = f"{build}" + ("" if same else f" (launch host: {reference})")
+    return doctor_row("macos_build", host, same, detail, "differs",
+                      None if same or required else "warn")
+
+
+def doctor_cable_port_rows(facts, host, ends):
+    """A cable port row per end of this host's cables (cable_plan's "hosts" entries): up and
+    carrying its address of the cable's /30."""
+    return [doctor_iface_row(facts, host, end["interface"], end["address"], "cable_port")
+            for end in ends]
 
 
 def _profiles(values):
@@ -326,34 +479,65 @@ def doctor_env_diff(packages, reference):
     return [f"+{p}" for p in sorted(mine - theirs)] + [f"-{p}" for p in sorted(theirs - mine)]
 
 
+def _link_rows(check, links, min_ratio):
+    """Rows of measured links [{"target", "ends": (a, b), "latency_us", "gbps"}]: a link below
+    min_ratio x the best one is slow; when every slow link shares one host, the detail names it
+    (one bad port or cable shows as all that host's links being slow)."""
+    best = max((link["gbps"] for link in links), default=0)
+    slow = [link for link in links if best and link["gbps"] < min_ratio * best]
+    shared = None
+    if slow:
+        common = set.intersection(*(set(link["ends"]) for link in slow))
+        if len(common) == 1 and len(slow) > 1:
+            shared = common.pop()
+    rows = []
+    for link in links:
+        detail = f"{link['latency_us']:.0f} us, {link['gbps']:.2f} Gbit/s"
+        if link in slow:
+            detail += f" (< {min_ratio:g} x best {best:.2f} Gbit/s)"
+            if shared:
+                detail += f"; every slow {'cable' if check == 'cable_link' else 'pair'} " \
+                          f"includes {shared}: check its cable/port"
+            rows.append(doctor_row(check, link["target"], False, detail, "slow"))
+        else:
+            rows.append(doctor_row(check, link["target"], True, detail))
+    return rows
+
+
 def doctor_link_rows(matrix, by_hostname, min_ratio=0.25):
     """Rows per host pair from pingpong.py output; a pair < min_ratio x the best pair is slow.
 
     matrix: {"hosts": [hostname by rank], "pairs": [{"a": i, "b": j, "latency_us", "gbps"}]}.
-    by_hostname: hostname -> inventory name. When every slow pair shares one host, the detail
-    names it (one bad port or cable shows as all that host's pairs being slow).
+    by_hostname: hostname -> inventory name.
     """
     names = [by_hostname.get(h, h) for h in matrix["hosts"]]
-    pairs = matrix["pairs"]
-    best = max((p["gbps"] for p in pairs), default=0)
-    slow = [p for p in pairs if best and p["gbps"] < min_ratio * best]
-    shared = None
-    if slow:
-        common = set.intersection(*({p["a"], p["b"]} for p in slow))
-        if len(common) == 1 and len(slow) > 1:
-            shared = names[common.pop()]
-    rows = []
-    for p in pairs:
-        target = f"{names[p['a']]} <-> {names[p['b']]}"
-        detail = f"{p['latency_us']:.0f} us, {p['gbps']:.2f} Gbit/s"
-        if p in slow:
-            detail += f" (< {min_ratio:g} x best {best:.2f} Gbit/s)"
-            if shared:
-                detail += f"; every slow pair includes {shared}: check its cable/port"
-            rows.append(doctor_row("link", target, False, detail, "slow"))
-        else:
-            rows.append(doctor_row("link", target, True, detail))
-    return rows
+    return _link_rows("link", [
+        {"target": f"{names[p['a']]} <-> {names[p['b']]}", "ends": (names[p["a"]], names[p["b"]]),
+         "latency_us": p["latency_us"], "gbps": p["gbps"]} for p in matrix["pairs"]
+    ], min_ratio)
+
+
+def doctor_cable_link_rows(results, min_ratio=0.25, bound=None):
+    """Rows per cable from one pingpong.py run across each cable (its two hosts, Open MPI's data
+    on that cable's /30 alone): results are those runs read through `command_result`, each with
+    the cable (a cable_plan entry with its "label") as item. A run that printed no matrix is a
+    failed row naming the cable."""
+    links, rows = [], []
+    for result in results:
+        cable = result["item"]
+        matrix = next((json.loads(line) for line in str(result.get("stdout", "")).splitlines()
+                       if line.startswith("{")), None)
+        if result["timed_out"] or result.get("rc") or result.get("failed"):
+            rows.append(doctor_command_row(result, "cable_link", cable["label"], bound))
+            continue
+        if not matrix or len(matrix.get("pairs") or []) != 1:
+            rows.append(doctor_row("cable_link", cable["label"], False,
+                                   f"no measurement printed: {result['stdout_last']!r}", "error"))
+            continue
+        [pair] = matrix["pairs"]
+        links.append({"target": cable["label"], "ends": tuple(cable["hosts"]),
+                      "latency_us": pair["latency_us"], "gbps": pair["gbps"]})
+    return rows + _link_rows("cable_link", links, min_ratio)
 
 
 def doctor_link_table(matrix, by_hostname):
@@ -434,6 +618,12 @@ def doctor_table(report, markdown=False):
 class FilterModule:
     def filters(self):
         return {
+            "doctor_bridge_facts": doctor_bridge_facts,
+            "doctor_bridge_row": doctor_bridge_row,
+            "doctor_bridge_state": doctor_bridge_state,
+            "doctor_build_row": doctor_build_row,
+            "doctor_cable_link_rows": doctor_cable_link_rows,
+            "doctor_cable_port_rows": doctor_cable_port_rows,
             "doctor_command_row": doctor_command_row,
             "doctor_digest": doctor_digest,
             "doctor_env_diff": doctor_env_diff,
@@ -442,8 +632,10 @@ class FilterModule:
             "doctor_link_rows": doctor_link_rows,
             "doctor_macos_rows": doctor_macos_rows,
             "doctor_link_table": doctor_link_table,
+            "doctor_rdma_row": doctor_rdma_row,
             "doctor_row": doctor_row,
             "doctor_report_rows": doctor_report_rows,
             "doctor_ssh_row": doctor_ssh_row,
             "doctor_table": doctor_table,
+            "doctor_topology_rows": doctor_topology_rows,
         }

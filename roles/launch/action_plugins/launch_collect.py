@@ -113,7 +113,10 @@ class ActionModule(ActionBase):
         launch = _launch_filters()
         job = _json(run_dir / "job.json") or args.get("followed_job") or {}
         summary = _json(run_dir / "summary.json") or {}
-        report = launch.launch_verdict(job, rank_logs(run_dir), args.get("rank_hosts") or [],
+        # The supervisor's plan names each rank's host as the job ran (ring order over cables,
+        # hosts left out by elastic), also when this play only attached to the run.
+        rank_hosts = [h["host"] for h in job.get("rank_hosts") or []] or args.get("rank_hosts")
+        report = launch.launch_verdict(job, rank_logs(run_dir), rank_hosts or [],
                                        args.get("unreachable") or [],
                                        bool(args.get("lost_contact")))
         outcome = launch.launch_outcome(summary, job, str(run_dir), report)

@@ -15,7 +15,9 @@ import posixpath
 import re
 import shlex
 
-BACKENDS = ("mpi", "ring")
+BACKENDS = ("mpi", "ring", "jaccl", "jaccl-ring")
+# Backends mlx.launch starts (with a hosts.json): one rank per slot of the hostfile, no mpirun.
+MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")
 # Options of the launch itself; every other request option is a `python -m train` flag.
 LAUNCHER_OPTIONS = ("run_name", "np", "backend", "mpi_extra_args", "time_limit", "stall_timeout",
                     "max_restarts", "follow_reconnect", "elastic", "attach", "stop", "status")
@@ -133,12 +135,13 @@ def launch_np(value, hosts):
     return _int(value, 1) if _given(value) else total
 
 
-def launch_request_errors(request, hosts):
+def launch_request_errors(request, hosts, topology="bridge"):
     """Every problem with the launcher's options of a train.yml request, one message per variable
     with its fix. The training options are python -m train's to judge (its --check).
 
     request: the extra vars (None = not given) under the names users pass with -e.
-    hosts: cluster_hosts entries. An empty list means the request can be launched.
+    hosts: cluster_hosts entries; topology: thunderbolt_topology (what the cables allow is
+    cable_backend_errors' to say). An empty list means the request can be launched.
     """
     errors = []
     for name, minimum in {"time_limit": 1, "max_restarts": 0, "follow_reconnect": 0}.items():
@@ -171,13 +174,17 @@ def launch_request_errors(request, hosts):
         errors.append(
             f"backend: {backend!r} is not one of {', '.join(BACKENDS)} — e.g. -e backend=ring"
         )
+    if backend in ("jaccl", "jaccl-ring") and topology != "cables":
+        errors.append(f"backend: {backend} runs over RDMA between Macs cabled point to point, "
+                      "with the Thunderbolt Bridge off — set thunderbolt_topology: cables (README: "
+                      "Cabling) and run setup.yml, or use -e backend=ring or mpi")
     errors += _np_errors(request, hosts, backend or "mpi")
-    if _bool(request.get("elastic")) and backend == "ring":
+    if _bool(request.get("elastic")) and backend in MLX_LAUNCHED:
         errors.append("elastic: only the mpi backend can go on without a host — use "
                       "backend=mpi, or drop elastic")
     extra = request.get("mpi_extra_args")
     if _given(extra):
-        if backend == "ring":
+        if backend in MLX_LAUNCHED:
             errors.append(
                 "mpi_extra_args: only the mpi backend runs mpirun — drop it or use backend=mpi"
             )
@@ -201,10 +208,10 @@ def _np_errors(request, hosts, backend):
     np = _int(value, 1)
     if np is None:
         return [f"np: {value!r} is not a positive integer — e.g. -e np={total}, or leave it out"]
-    if backend == "ring" and np != total:
+    if backend in MLX_LAUNCHED and np != total:
         return [
-            f"np: the ring backend starts one rank per slot of hosts.json ({total}; {slots}), "
-            f"not {np} — leave np out, or change mpi_slots and re-run setup.yml"
+            f"np: the {backend} backend starts one rank per slot of its hostfile ({total}; "
+            f"{slots}), not {np} — leave np out, or change mpi_slots and re-run setup.yml"
         ]
     if np > total:
         return [
@@ -371,29 +378,33 @@ def launch_rank_program(layout, run_rel):
     return ["/bin/sh", "-c", script, "train"]
 
 
-def launch_mpi_options(hosts, infos, np, hostfile, version, libmpi, interface, extra_args=None):
+def launch_mpi_options(hosts, infos, np, hostfile, version, libmpi, interface, extra_args=None,
+                       exclude=None):
     """Keyword arguments for mpi.py's mpirun_argv.
 
-    The interface flags apply only when ranks talk across hosts over Thunderbolt addresses;
-    --allow-run-as-root only when a host logs in as root; MLX_MPI_LIBNAME travels with -x
-    because macOS SIP strips DYLD_* variables through /bin/sh.
+    interface, exclude: where Open MPI's traffic goes (cluster_mpi_interface and
+    cluster_mpi_exclude: the Thunderbolt interface, or over cables the pool or anything but it);
+    they apply only when ranks talk across hosts. --allow-run-as-root only when a host logs in
+    as root; MLX_MPI_LIBNAME travels with -x because macOS SIP strips DYLD_* variables through
+    /bin/sh.
     """
-    ranked = [h for h in hosts if h["slots"] > 0]
-    across = len(ranked) > 1 and any(h.get("thunderbolt_ip") for h in ranked)
+    across = len([h for h in hosts if h["slots"] > 0]) > 1
     return {
         "hostfile": hostfile,
         "np": int(np),
         "version": version,
         "interface": interface if across else None,
+        "exclude": exclude if across else None,
         "as_root": any(i["user"] == "root" for i in infos),
         "env": {"MLX_MPI_LIBNAME": libmpi},
         "extra_args": launch_extra_args(extra_args),
     }
 
 
-def launch_ring_argv(mlx_launch, hosts_json):
-    """mlx.launch with the rendered hosts.json; the caller appends the rank program."""
-    return [str(mlx_launch), "--hostfile", str(hosts_json), "--backend", "ring", "--"]
+def launch_mlx_argv(mlx_launch, hostfile, backend="ring"):
+    """mlx.launch with its hostfile (hosts.json, or the jaccl one) and the backend; the caller
+    appends the rank program."""
+    return [str(mlx_launch), "--hostfile", str(hostfile), "--backend", str(backend), "--"]
 
 
 def launch_shell_command(argv):
@@ -422,10 +433,44 @@ def launch_rank_plan(rank_hosts, hosts, infos, launch_host, run_rel):
     ]
 
 
-def launch_rank_hosts(hosts, np):
-    """Inventory name of each rank: --map-by slot (and mlx.launch) fill hosts in order."""
+def launch_rank_hosts(hosts, np, order=None):
+    """Inventory name of each rank: --map-by slot (and mlx.launch) fill hosts in hostfile order.
+    order: the hostfile's host order when it is not the inventory's (over cables, ring and
+    jaccl-ring rank the hosts in the ring's order; rank 0 stays the first host)."""
+    if order:
+        position = {name: i for i, name in enumerate(order)}
+        hosts = sorted((h for h in hosts if h["name"] in position),
+                       key=lambda h: position[h["name"]])
     names = [h["name"] for h in hosts for _ in range(h["slots"])]
     return names[: int(np)]
+
+
+def launch_rdma_errors(infos, hostfile, rank_hosts):
+    """Hosts that lack an RDMA device MLX's jaccl backends would open (their row of the jaccl
+    hostfile's device matrix), one message each with the fix.
+
+    infos: per ranked host {name, rdma_devices: what ibv_devices listed (rdma.py:
+    ibv_device_names), or None when it could not run}; hostfile: mlx_hostfile for jaccl or
+    jaccl-ring; rank_hosts: the inventory name of each of its ranks."""
+    devices = {i["name"]: i.get("rdma_devices") for i in infos}
+    errors = []
+    for name, entry in zip(rank_hosts, hostfile["hosts"], strict=True):
+        needed = []
+        for device in entry.get("rdma") or []:
+            needed += device if isinstance(device, list) else [device] if device else []
+        have = devices.get(name)
+        missing = [d for d in needed if d not in (have or [])]
+        if missing:
+            listed = "ibv_devices could not run" if have is None else \
+                f"ibv_devices lists {', '.join(have) or 'none'}"
+            backend = hostfile["backend"]
+            errors.append(
+                f"{name}: no RDMA device {', '.join(missing)} for its cables ({listed}) — "
+                f"{backend} needs RDMA over Thunderbolt 5, enabled once per Mac in macOS Recovery "
+                f"(check.yml -e doctor_backend={backend} names each host and the step); or use "
+                "-e backend=ring"
+            )
+    return errors
 
 
 # ---------------------------------------------------------------- the verdict
@@ -542,10 +587,11 @@ class FilterModule:
             "launch_path_name": launch_path_name,
             "launch_rank_hosts": launch_rank_hosts,
             "launch_rank_plan": launch_rank_plan,
+            "launch_rdma_errors": launch_rdma_errors,
             "launch_rank_program": launch_rank_program,
             "launch_request": launch_request,
             "launch_request_errors": launch_request_errors,
-            "launch_ring_argv": launch_ring_argv,
+            "launch_mlx_argv": launch_mlx_argv,
             "launch_run_name": launch_run_name,
             "launch_shell_command": launch_shell_command,
             "launch_summary_lines": launch_summary_lines,

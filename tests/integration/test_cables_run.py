@@ -1,0 +1,247 @@
+"""check.yml and train.yml over Thunderbolt cables (thunderbolt_topology: cables) on a virtual
+3-host ring: no bridge0, no shared segment, one point-to-point link per cable (en2, en3).
+
+One cluster (set up once with setup.yml in cables mode) serves the module; it is removed at the
+end, also when a test fails. The training results are compared with the same job on the shared
+bridge-topology cluster (tests/integration/conftest.py: train_cluster).
+"""
+
+import contextlib
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from tests.conftest import cluster_unavailable
+from tools.playbook import run_playbook
+from tools.vcluster import VirtualCluster
+from tools.wheelhouse import offline_pip_args
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+# Bounds small enough that a dead cable shows up as a failed row well before the test times out.
+CHECK_VARS = {"doctor_timeout": 60, "doctor_mpi_timeout": 60}
+# mlp on digits: 64*128+128 + 128*128+128 + 128*10+10 float32 parameters.
+MLP_GRADIENT_BYTES = 26122 * 4
+# World size 3 on both clusters: the cables cluster runs one rank per host (what MLX's ring over
+# cables allows), the bridge cluster (slots 1, 2, 1) its first three slots (np=3). The same
+# global batch split over three ranks and the same seed: the same data on every rank.
+JOB = {"model": "mlp", "steps": 150, "batch_size": 48, "seed": 7, "eval_every": 0,
+       "checkpoint_every": 0}
+
+
+@pytest.fixture(scope="module")
+def cables_cluster(tmp_path_factory):
+    reason = cluster_unavailable()
+    if reason:
+        pytest.skip(reason)
+    workdir = tmp_path_factory.mktemp("cables")
+    with VirtualCluster(hosts=3, cables="ring",
+                        extra_vars={"python_env_pip_extra_args": offline_pip_args()},
+                        workdir=workdir / "vc") as vc:
+        setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
+        assert setup.status == "successful", setup.stdout[-6000:]
+        yield vc
+
+
+def run_check(vc, tmp_path, name, **extravars):
+    run = run_playbook("check.yml", vc.inventory, tmp_path / name,
+                       extravars={**CHECK_VARS, **extravars})
+    collected = run.facts_set_by("Collect the rows of every host")
+    return run, collected["doctor_all_rows"], Path(collected["doctor_run_dir"])
+
+
+def train(vc, tmp_path, name, **extravars):
+    results = tmp_path / "runs"
+    extravars = {"launch_results_dir": str(results), "run_name": name, **extravars}
+    run = run_playbook("train.yml", vc.inventory, tmp_path / f"runner-{name}", extravars)
+    return run, results / name
+
+
+def rows_of(rows, check):
+    return {r["target"]: r for r in rows if r["check"] == check}
+
+
+def cable_ends(vc):
+    """Both directions of every cable, as the ping rows name them: 'a en2 -> b en2'."""
+    return {f"{c.a} {c.a_if} -> {c.b} {c.b_if}" for c in vc.cables} | {
+        f"{c.b} {c.b_if} -> {c.a} {c.a_if}" for c in vc.cables}
+
+
+def cable_label(vc, cable):
+    """How check.yml names a cable: both ends, the host earlier in the inventory first."""
+    ends = sorted(cable.ends, key=lambda end: vc.host(end[0]).index)
+    return " - ".join(f"{host} {port}" for host, port in ends)
+
+
+def cable_labels(vc):
+    return {cable_label(vc, c) for c in vc.cables}
+
+
+def port_bytes(vc):
+    """{(host, port): (rx, tx)} for every cable port and en0."""
+    ports = {(c.a, c.a_if) for c in vc.cables} | {(c.b, c.b_if) for c in vc.cables}
+    ports |= {(h.name, "en0") for h in vc.hosts}
+    return {(host, port): vc.iface_bytes(host, port) for host, port in ports}
+
+
+def final_weights(out):
+    [latest] = sorted((Path(out) / "checkpoints").glob("step_*"))[-1:]
+    return {k: np.array(v) for k, v in mx.load(str(latest / "model.safetensors")).items()}
+
+
+# --- check.yml --------------------------------------------------------------------------------
+
+
+def test_check_passes_with_the_topology_rows_and_draws_the_cables(cables_cluster, tmp_path):
+    vc = cables_cluster
+    run, rows, report_dir = run_check(vc, tmp_path, "healthy", doctor_backend="ring")
+    failed = [r for r in rows if r["status"] == "failed"]
+    assert run.status == "successful" and failed == [], (failed, run.stdout[-4000:])
+    names = [h.name for h in vc.hosts]
+
+    [topology] = rows_of(rows, "topology").values()
+    assert topology["detail"].startswith("mesh: 3 hosts, 3 cable(s)")  # 3 hosts in a ring
+    ring = ", ".join(names)
+    assert topology["detail"].endswith(f"ring order (ranks of ring, jaccl-ring): {ring}")
+    assert rows_of(rows, "backend")["ring"]["status"] == "ok"
+    assert set(rows_of(rows, "bridge_off")) == set(names)
+    assert {r["detail"] for r in rows_of(rows, "bridge_off").values()} == {"no bridge0"}
+    assert set(rows_of(rows, "cable_port")) == {f"{h} {p}" for h in names for p in ("en2", "en3")}
+    assert set(rows_of(rows, "cable_ping")) == cable_ends(vc)
+    links = rows_of(rows, "cable_link")
+    assert set(links) == cable_labels(vc)
+    assert all("Gbit/s" in r["detail"] for r in links.values())
+    # Linux hosts: the macOS-only rows say so.
+    assert {(r["check"], r["status"]) for r in rows if r["check"] in ("rdma", "macos_build")} == {
+        ("rdma", "skipped"), ("macos_build", "skipped")}
+    # Open MPI over the management network, off the pool, still works across the hosts.
+    assert {r["check"] for r in rows if r["status"] == "ok"} >= {"mpirun_all", "mlx_mpi", "link"}
+    assert run.changed() == []
+
+    dot = (report_dir / "cables.dot").read_text()
+    assert dot.startswith("graph cables {") and dot.count(" -- ") == 3
+    assert (report_dir / "cables.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((report_dir / "cables.json").read_text())["failed"] == []
+    assert "## Cables (mesh: 3 hosts" in (report_dir / "report.md").read_text()
+
+
+def test_a_cable_taken_down_is_named_by_both_ends(cables_cluster, tmp_path):
+    vc = cables_cluster
+    cable = vc.cables[1]
+    label = cable_label(vc, cable)
+    with contextlib.ExitStack() as undo:
+        vc.cable_down(cable)
+        undo.callback(vc.cable_up, cable)
+        run, rows, report_dir = run_check(vc, tmp_path, "unplugged")
+
+    assert run.status == "failed"
+    failed = {(r["check"], r["target"]) for r in rows if r["status"] == "failed"}
+    pings = {("cable_ping", f"{cable.a} {cable.a_if} -> {cable.b} {cable.b_if}"),
+             ("cable_ping", f"{cable.b} {cable.b_if} -> {cable.a} {cable.a_if}")}
+    assert pings <= failed, failed
+    assert ("cable_link", label) in failed
+    # Both ports lost their carrier: each end's port row says it is down.
+    ports = {("cable_port", f"{host} {port}") for host, port in cable.ends}
+    assert ports <= failed, failed
+    assert {r["reason"] for r in rows if (r["check"], r["target"]) in ports} == {"down"}
+    # The other cables, and everything over the management network, are fine.
+    assert failed == pings | ports | {("cable_link", label)}, failed
+    assert "No reply across this cable" in run.stdout
+    assert json.loads((report_dir / "cables.json").read_text())["failed"]
+
+
+# --- train.yml --------------------------------------------------------------------------------
+
+
+def test_ring_trains_over_the_cables_as_the_bridge_cluster_does(cables_cluster, train_cluster,
+                                                                 tmp_path):
+    vc = cables_cluster
+    before = port_bytes(vc)
+    run, out = train(vc, tmp_path, "ring", backend="ring", **JOB)
+    assert run.status == "successful", run.stdout[-6000:]
+    after = port_bytes(vc)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 3 and summary["steps"] == JOB["steps"]
+    assert "--backend ring" in (out / "command.sh").read_text()
+    job = json.loads((out / "job.json").read_text())
+    assert [h["host"] for h in job["rank_hosts"]] == [h.name for h in vc.hosts]  # the ring's order
+
+    # MLX's ring: each rank sends to its neighbour over the cable between them (the other way
+    # carries TCP's acknowledgements), every all-reduce 2(n-1)/n of the gradient per link: more
+    # than the whole gradient per step over every cable (measured: 1.37 x on each).
+    gradient = MLP_GRADIENT_BYTES * JOB["steps"]
+    moved = {port: sum(after[port]) - sum(before[port]) for port in after}
+    for (host, port), count in moved.items():
+        if port != "en0":
+            assert count >= gradient, (host, port, count, gradient)
+    # en0 carries the control traffic only: the controller's Ansible modules and ssh, mlx.launch's
+    # ssh to each rank, the supervisor's polls; none of it grows with the steps (measured: 0.9 MB
+    # on the launch host, 0.2 MB on the others, for 15.7 MB of gradients). Had the gradients gone
+    # over en0, it would have carried 4/3 of them.
+    for host in vc.hosts:
+        assert moved[(host.name, "en0")] < gradient / 4, (host.name, moved, gradient)
+
+    bridge_run, bridge_out = train(train_cluster, tmp_path, "bridge", backend="mpi", np=3, **JOB)
+    assert bridge_run.status == "successful", bridge_run.stdout[-6000:]
+    bridge = json.loads((bridge_out / "summary.json").read_text())
+    assert bridge["world_size"] == 3
+    assert summary["train_loss"] == pytest.approx(bridge["train_loss"], rel=1e-4)
+    cabled, bridged = final_weights(out), final_weights(bridge_out)
+    assert cabled.keys() == bridged.keys()
+    for name in cabled:  # as tests/train/test_distributed.py compares 2 ranks with 1
+        np.testing.assert_allclose(cabled[name], bridged[name], rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
+
+
+def test_mpi_trains_over_the_management_network_off_the_pool(cables_cluster, tmp_path):
+    vc = cables_cluster
+    before = port_bytes(vc)
+    run, out = train(vc, tmp_path, "mpi", backend="mpi", **JOB)
+    assert run.status == "successful", run.stdout[-6000:]
+    after = port_bytes(vc)
+    assert json.loads((out / "summary.json").read_text())["world_size"] == 3
+    pool = vc.thunderbolt_subnet
+    command = " ".join((out / "command.sh").read_text().replace("\\\n", " ").split())
+    assert f"--mca btl_tcp_if_exclude 127.0.0.1/8,sppp,{pool}" in command
+    assert f"--mca oob_tcp_if_exclude {pool}" in command  # Open MPI 4 here (5: --prtemca)
+    # Three hosts: no cable joins all of them, so the gradients go over en0, none over the cables.
+    gradient = MLP_GRADIENT_BYTES * JOB["steps"]
+    for (host, port), (rx, tx) in after.items():
+        moved = rx - before[(host, port)][0] + tx - before[(host, port)][1]
+        if port == "en0":
+            assert moved >= gradient, (host, moved, gradient)
+        else:
+            assert moved < gradient / 10, (host, port, moved, gradient)
+
+
+# --- bench.yml --------------------------------------------------------------------------------
+
+# A short sweep: the machine has two cores.
+BENCH_VARS = {"bench_min_bytes": 65536, "bench_max_bytes": 1 << 20, "bench_size_factor": 16,
+              "bench_seconds_per_size": 0.2, "bench_iperf3_seconds": 1, "bench_timeout": 300,
+              "bench_tcp_links": [], "bench_grad_dtypes": ["float32"]}
+
+
+def test_bench_compares_the_cables_with_the_management_network(cables_cluster, tmp_path):
+    vc = cables_cluster
+    run = run_playbook("bench.yml", vc.inventory, tmp_path / "bench", extravars=BENCH_VARS)
+    assert run.status == "successful", run.stdout[-6000:]
+    run_dir = run.facts_set_by("Collect the results of the launch host")["bench_run_dir"]
+    results = json.loads(Path(run_dir, "results.json").read_text())
+
+    iperf = {(link["network"], link["link"]): link for link in results["iperf3"]}
+    names = [h.name for h in vc.hosts]
+    assert set(iperf) == {("cables", label) for label in cable_labels(vc)} | {
+        ("management", f"{a} -> {b}") for i, a in enumerate(names) for b in names[i + 1:]}
+    assert all(link.get("gbps", 0) > 0 for link in iperf.values()), iperf
+    # What train.yml can run over cables: MLX's ring over them, Open MPI over the management
+    # network (with mpi4py as the reference); no ring over the management network.
+    runs = {(r["backend"], r["network"]): r for r in results["allreduce"]}
+    assert set(runs) == {("ring", "cables"), ("mpi", "management"), ("mpi4py", "management")}
+    assert [r for r in runs.values() if r.get("error")] == []
+    assert runs[("ring", "cables")]["ranks"] == 3
+    assert results["recommendation"]["backend"] in ("ring", "mpi")
+    assert "| cables |" in Path(run_dir, "results.md").read_text()
