@@ -78,6 +78,10 @@ def test_a_ring_of_cables_runs_mlx_ring_in_ring_order_and_open_mpi_over_manageme
         {"label": "management", "interface": "en0", "backends": ["mpi", "mpi4py"],
          "ips": ["198.18.1.11", "198.18.1.12", "198.18.1.13", "198.18.1.14"]},
     ]
+    assert bench.bench_networks_for(nets, ["ring"]) == nets[:1]
+    assert bench.bench_networks_for(nets, ["mpi", "mpi4py"]) == nets[1:]
+    bridged = [{"label": "thunderbolt", "interface": "bridge0", "ips": ["198.19.1.11"]}]
+    assert bench.bench_networks_for(bridged, ["ring"]) == bridged  # no "backends": all run
     # rank 1 (c) listens on its cable to rank 0 (a), where a connects
     a_c = next(c for c in plan["cables"] if c["hosts"] == ["a", "c"])
     assert nets[0]["ips"][1] == a_c["addresses"][1]

@@ -94,6 +94,11 @@ def _cable_network(hosts, cables):
              "order": list(topology["ring"]), "ips": [e["ips"][0] for e in hostfile["hosts"]]}]
 
 
+def bench_networks_for(networks, backends):
+    """The networks on which any of `backends` runs (a network without "backends" runs all)."""
+    return [n for n in networks if set(n.get("backends", backends)) & set(backends)]
+
+
 def bench_iperf3_pairs(networks, names, cables=None):
     """What iperf3 measures: every pair of hosts on each network, and each cable on its own.
 
@@ -340,6 +345,7 @@ class FilterModule:
             "bench_markdown": bench_markdown,
             "bench_mpirun_variants": bench_mpirun_variants,
             "bench_networks": bench_networks,
+            "bench_networks_for": bench_networks_for,
             "bench_parse_run": bench_parse_run,
             "bench_recommend": bench_recommend,
             "bench_ring_hostfile": bench_ring_hostfile,
