@@ -76,6 +76,7 @@ ROWS = [
             "too many ranks"),
     request({"np": "0"}, "np: '0' is not a positive integer", "zero ranks"),
     request({"backend": "nccl"}, "backend: 'nccl' is not one of mpi, ring", "backend"),
+    request({"width": "0"}, "width: '0' is not an integer >= 1", "mlp width"),
     request({"backend": "ring", "np": "2"}, "np: the ring backend starts one rank per slot",
             "ring with fewer ranks"),
     request({"backend": "ring", "mpi_extra_args": "-v"},
