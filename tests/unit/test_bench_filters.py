@@ -1,4 +1,4 @@
-"""roles/bench/filter_plugins/bench.py: networks, sizes, parsing, table and recommendation."""
+"""roles/bench/filter_plugins/bench.py: sizes, parsing, table and recommendation."""
 
 import json
 
@@ -11,41 +11,6 @@ bench = load("roles/bench/filter_plugins/bench.py")
 read = load("roles/cluster/filter_plugins/command_result.py").command_result
 
 MiB = 1 << 20
-
-
-def host(name, ansible_host, thunderbolt_ip=None):
-    return {"name": name, "ansible_host": ansible_host, "thunderbolt_ip": thunderbolt_ip}
-
-
-def facts(iface, address, linux=True):
-    entry = {"address": address, "netmask": "255.255.255.0"}
-    return {"interfaces": ["lo", iface], iface: {"ipv4": entry if linux else [entry]}}
-
-
-def test_networks_thunderbolt_and_management_by_interface_name():
-    hosts = [host("a", "198.18.1.11", "198.19.1.11"), host("b", "198.18.1.12", "198.19.1.12")]
-    nets = bench.bench_networks(hosts, {"a": facts("en0", "198.18.1.11"),
-                                        "b": facts("en0", "198.18.1.12", linux=False)}, "bridge0")
-    assert nets == [
-        {"label": "thunderbolt", "interface": "bridge0", "ips": ["198.19.1.11", "198.19.1.12"]},
-        {"label": "management", "interface": "en0", "ips": ["198.18.1.11", "198.18.1.12"]},
-    ]
-
-
-def test_networks_use_the_subnet_when_hosts_name_the_interface_differently():
-    hosts = [host("a", "198.18.1.11"), host("b", "198.18.1.12")]
-    nets = bench.bench_networks(hosts, {"a": facts("en0", "198.18.1.11"),
-                                        "b": facts("en1", "198.18.1.12")}, "bridge0")
-    assert nets == [{"label": "management", "interface": "198.18.1.0/24",
-                     "ips": ["198.18.1.11", "198.18.1.12"]}]
-
-
-def test_networks_resolve_a_dns_ansible_host_from_facts():
-    f = {**facts("en0", "198.18.1.11"), "default_ipv4": {"address": "198.18.1.11"}}
-    nets = bench.bench_networks([host("a", "mac1.local")], {"a": f}, "bridge0")
-    assert nets[0]["ips"] == ["198.18.1.11"] and nets[0]["interface"] == "en0"
-    with pytest.raises(ValueError, match="mac1.local"):
-        bench.bench_networks([host("a", "mac1.local")], {"a": {}}, "bridge0")
 
 
 def test_sizes():
@@ -120,8 +85,9 @@ def test_recommend_picks_the_fastest_mlx_configuration_at_the_largest_size():
     # reached at 1 MiB.
     assert rec["bucket_bytes"] == MiB
     assert bench.bench_launch_vars(rec) == {
-        "backend": "mpi", "mpi_extra_args": ["--mca", "btl_tcp_links", "4"],
-        "grad_bucket_bytes": MiB, "grad_dtype": "float32"}
+        "backend": "mpi", "network": "thunderbolt",
+        "mpi_extra_args": ["--mca", "btl_tcp_links", "4"], "grad_bucket_bytes": MiB,
+        "grad_dtype": "float32"}
 
 
 def test_recommend_sends_bfloat16_only_when_the_winner_was_clearly_faster_so():

@@ -225,11 +225,12 @@ def test_cluster_hosts_normalises_in_inventory_order():
     }
     assert inv.cluster_hosts(hostvars, ["b", "a", "localhost"]) == [
         {"name": "b", "ansible_host": "198.18.1.2", "user": "bob", "thunderbolt_ip": "198.19.0.2",
-         "slots": 1, "mpi_address": "198.19.0.2", "ip": "198.19.0.2", "hostname": None},
+         "slots": 1, "mpi_address": "198.19.0.2", "management_ip": "198.18.1.2",
+         "hostname": None},
         {"name": "a", "ansible_host": "a.local", "user": "alice", "thunderbolt_ip": None,
-         "slots": 0, "mpi_address": "a.local", "ip": "198.18.1.1", "hostname": "a"},
+         "slots": 0, "mpi_address": "a.local", "management_ip": "198.18.1.1", "hostname": "a"},
         {"name": "localhost", "ansible_host": "localhost", "user": None, "thunderbolt_ip": None,
-         "slots": 2, "mpi_address": "localhost", "ip": None, "hostname": None},
+         "slots": 2, "mpi_address": "localhost", "management_ip": None, "hostname": None},
     ]  # fmt: skip
 
 
@@ -267,6 +268,16 @@ def test_mlx_entries_repeat_hosts_per_slot_and_skip_zero_slots():
         {"ssh": "198.19.0.1", "ips": ["198.19.0.1"]},
         {"ssh": "198.19.0.3", "ips": ["198.19.0.3"]},
     ]
+
+
+def test_mlx_entries_on_the_management_network_keep_logging_in_over_thunderbolt():
+    hosts = inv.cluster_hosts(two_macs(mac1={"mpi_slots": 2}), ["mac1", "mac2"])
+    assert inv.mlx_hostfile(hosts, network="management")["hosts"] == [
+        {"ssh": "198.19.0.1", "ips": ["198.18.1.21"]},
+        {"ssh": "198.19.0.1", "ips": ["198.18.1.21"]},
+        {"ssh": "198.19.0.2", "ips": ["198.18.1.22"]},
+    ]
+    assert inv.mlx_hostfile(hosts, network="thunderbolt") == inv.mlx_hostfile(hosts)
 
 
 def test_mlx_entries_without_an_ip_have_empty_ips():
@@ -542,3 +553,58 @@ def test_every_bad_value_at_once_one_line_each_in_inventory_order():
         "default",
         "mac2: ansible_host '-oProxyCommand=x' is neither an IP address nor a DNS name",
     ]
+
+
+# --- cluster_network_labels, cluster_networks ---------------------------------------------------
+# Facts as Ansible's setup module gathers them: on Linux an interface's ipv4 is one dict, on macOS
+# a list of them.
+
+
+def facts(iface, address, linux=True):
+    entry = {"address": address, "netmask": "255.255.255.0"}
+    return {"interfaces": ["lo", iface], iface: {"ipv4": entry if linux else [entry]}}
+
+
+def test_thunderbolt_is_the_default_network_when_every_ranked_host_has_an_address():
+    hosts = inv.cluster_hosts(two_macs(), ["mac1", "mac2"])
+    assert inv.cluster_network_labels(hosts) == ["thunderbolt", "management"]
+    off = inv.cluster_hosts(two_macs(mac3={"mpi_slots": 0}), ["mac1", "mac2", "mac3"])
+    assert inv.cluster_network_labels(off) == ["thunderbolt", "management"]
+    plain = inv.cluster_hosts({"a": {"ansible_host": "198.18.1.1"}}, ["a"])
+    assert inv.cluster_network_labels(plain) == ["management"]
+    # setup.yml renders one mlx.launch hostfile per network; hosts.json is the default's.
+    assert inv.mlx_hostfile_names(hosts) == {"thunderbolt": "hosts.json",
+                                             "management": "hosts-management.json"}
+    assert inv.mlx_hostfile_names(plain) == {"management": "hosts.json"}
+
+
+def test_networks_thunderbolt_and_management_by_interface_name():
+    hosts = inv.cluster_hosts(two_macs(mac3={"mpi_slots": 0}), ["mac1", "mac3", "mac2"])
+    nets = inv.cluster_networks(hosts, [facts("en0", "198.18.1.21"),
+                                        facts("en0", "198.18.1.22", linux=False)], "bridge0")
+    assert nets == [
+        {"label": "thunderbolt", "interface": "bridge0", "ips": ["198.19.0.1", "198.19.0.2"]},
+        {"label": "management", "interface": "en0", "ips": ["198.18.1.21", "198.18.1.22"]},
+    ]
+
+
+def test_networks_use_the_subnet_when_hosts_name_the_interface_differently():
+    hosts = inv.cluster_hosts({"a": {"ansible_host": "198.18.1.11"},
+                               "b": {"ansible_host": "198.18.1.12"}}, ["a", "b"])
+    nets = inv.cluster_networks(hosts, [facts("en0", "198.18.1.11"), facts("en1", "198.18.1.12")],
+                                "bridge0")
+    assert nets == [{"label": "management", "interface": "198.18.1.0/24",
+                     "ips": ["198.18.1.11", "198.18.1.12"]}]
+
+
+def test_networks_resolve_a_dns_ansible_host_from_facts_and_need_them():
+    f = {**facts("en0", "198.18.1.11"), "default_ipv4": {"address": "198.18.1.11"}}
+    hosts = inv.cluster_hosts({"a": {"ansible_host": "mac1.local", "ansible_facts": f}}, ["a"])
+    nets = inv.cluster_networks(hosts, [f], "bridge0")
+    assert nets[0]["ips"] == ["198.18.1.11"] and nets[0]["interface"] == "en0"
+    bare = inv.cluster_hosts({"a": {"ansible_host": "mac1.local"}}, ["a"])
+    with pytest.raises(ValueError, match="mac1.local"):
+        inv.cluster_networks(bare, [{}], "bridge0")
+    plain = inv.cluster_hosts({"a": {"ansible_host": "198.18.1.11"}}, ["a"])
+    with pytest.raises(ValueError, match="a: no interface with the management address"):
+        inv.cluster_networks(plain, [{}], "bridge0")

@@ -49,11 +49,15 @@ MACS = [host("m1", tb="198.19.0.1"), host("m2", tb="198.19.0.2")]
 MAC_INFOS = [info("m1", "/Users/alice"), info("m2", "/Users/alice")]
 
 
-def command(hosts, infos, version, libmpi, mpirun="/usr/bin/mpirun", np=None, run="runs/r"):
-    """The full argv the role builds for the mpi backend."""
+def command(hosts, infos, version, libmpi, mpirun="/usr/bin/mpirun", np=None, run="runs/r",
+            interface=None):
+    """The full argv the role builds for the mpi backend; interface: launch_interface, by
+    default the cluster's (cluster_mpi_interface: bridge0 with Thunderbolt addresses)."""
     np = np or sum(h["slots"] for h in hosts)
+    if interface is None:
+        interface = "bridge0" if all(h["thunderbolt_ip"] for h in hosts if h["slots"]) else ""
     options = launch.launch_mpi_options(hosts, infos, np, "/w/hostfile", version, libmpi,
-                                        "bridge0")
+                                        interface)
     program = launch.launch_rank_program(layout.cluster_layout(infos), run)
     return mpi.mpirun_argv(mpirun, **options) + program + launch.launch_train_args(
         {"model": "mlp", "steps": "5"})
@@ -121,6 +125,14 @@ def test_cluster_without_thunderbolt_addresses_leaves_interfaces_to_open_mpi():
     hosts = [host("a", address="198.18.0.1"), host("b", address="198.18.0.2")]
     argv = command(hosts, [info("a", "/home/u"), info("b", "/home/u")], "4.1.4", "/l.so")
     assert "btl_tcp_if_include" not in argv
+
+
+def test_the_named_network_carries_both_channels_and_the_hostfile_stays():
+    argv = command(MACS, MAC_INFOS, "5.0.8", "/l.dylib", interface="198.18.1.0/24")
+    joined = " ".join(argv)
+    assert "--prtemca oob_tcp_if_include 198.18.1.0/24" in joined
+    assert "--mca btl_tcp_if_include 198.18.1.0/24" in joined and "bridge0" not in joined
+    assert argv[argv.index("--hostfile") + 1] == "/w/hostfile"  # mpirun logs in as before
 
 
 def test_ring_backend_runs_mlx_launch_with_hosts_json():
@@ -261,12 +273,23 @@ def test_good_request_has_no_errors():
      ({"np": "-1"}, "np: '-1' is not a positive integer"),
      ({"backend": "ring", "np": "2"}, "np: the ring backend starts one rank per slot"),
      ({"backend": "ring", "mpi_extra_args": "-v"}, "mpi_extra_args: only the mpi backend"),
-     ({"time_limit": "1h"}, "time_limit: '1h' is not a positive integer")],
+     ({"time_limit": "1h"}, "time_limit: '1h' is not a positive integer"),
+     ({"network": "wifi"}, "network: 'wifi' is not one of thunderbolt, management")],
 )
 def test_bad_request_names_the_variable(request_, start):
     errors = launch.launch_request_errors(request_, CLUSTER)
     assert len(errors) == 1 and errors[0].startswith(start), errors
     assert "—" in errors[0]  # every message carries its fix
+
+
+def test_either_network_of_a_thunderbolt_cluster_but_not_thunderbolt_without_it():
+    for network in ("thunderbolt", "management", None):
+        assert launch.launch_request_errors({"network": network}, CLUSTER) == []
+    plain = [host("a", 2, address="198.18.0.1"), host("b", 1, address="198.18.0.2")]
+    assert launch.launch_request_errors({"network": "management"}, plain) == []
+    [error] = launch.launch_request_errors({"network": "thunderbolt"}, plain)
+    assert error.startswith("network: thunderbolt needs a thunderbolt_ip on every host with "
+                            "slots (none on a, b) — set thunderbolt_ip"), error
 
 
 def test_np_defaults_to_every_slot():

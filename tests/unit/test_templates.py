@@ -22,7 +22,7 @@ FOUR_MACS = {
 }
 
 
-def render(name, hostvars):
+def render(name, hostvars, **extra):
     # trim_blocks and keep_trailing_newline are Ansible's template defaults.
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(ROOT / "templates"),
@@ -33,7 +33,7 @@ def render(name, hostvars):
     env.filters.update(AnsibleCoreFilters().filters())
     env.filters.update(inv.FilterModule().filters())
     hosts = inv.cluster_hosts(hostvars, list(hostvars))
-    return env.get_template(name).render(cluster_host_list=hosts)
+    return env.get_template(name).render(cluster_host_list=hosts, **extra)
 
 
 def test_hostfile_lists_hosts_with_slots_by_thunderbolt_address_in_order():
@@ -62,6 +62,13 @@ def test_hosts_json_one_entry_per_rank():
         {"ssh": "198.19.0.2", "ips": ["198.19.0.2"]},
         {"ssh": "198.19.0.4", "ips": ["198.19.0.4"]},
     ]
+
+
+def test_hosts_json_of_the_management_network_talks_over_ansible_host():
+    data = json.loads(render("hosts.json.j2", FOUR_MACS, hosts_json_network="management"))
+    assert [(e["ssh"], e["ips"]) for e in data["hosts"]] == [
+        ("198.19.0.1", ["198.18.1.21"]), ("198.19.0.1", ["198.18.1.21"]),
+        ("198.19.0.2", ["198.18.1.22"]), ("198.19.0.4", ["198.18.1.24"])]
 
 
 def test_mlx_launch_reads_hosts_json(tmp_path):

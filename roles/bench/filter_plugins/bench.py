@@ -1,66 +1,14 @@
-"""Jinja filters for bench.yml: networks to compare, message sizes, results table, recommendation.
+"""Jinja filters for bench.yml: message sizes, results table, recommendation (the networks to
+compare are the cluster's: cluster_networks in roles/cluster/filter_plugins/inventory.py).
 
 A result is {"network", "interface", "backend", "links", "ranks", "sizes", "seconds"} (or with
 "error" instead of sizes/seconds); an iperf3 link is {"network", "a", "b", "gbps"} (or "error").
 Pure functions, unit-tested in tests/unit/test_bench_filters.py.
 """
 
-import ipaddress
 import json
 
 MLX_BACKENDS = ("mpi", "ring")  # what train.yml can launch; mpi4py is the reference
-
-
-def _is_ip(value):
-    try:
-        ipaddress.IPv4Address(str(value))
-    except ValueError:
-        return False
-    return True
-
-
-def _iface_with(facts, address):
-    """(name, network) of the interface in Ansible facts that carries IPv4 `address`."""
-    for name in facts.get("interfaces", []):
-        iface = facts.get(name.replace("-", "_")) or {}
-        ipv4 = iface.get("ipv4") or []
-        for entry in (ipv4 if isinstance(ipv4, list) else [ipv4]) + list(
-            iface.get("ipv4_secondaries") or []
-        ):
-            if isinstance(entry, dict) and entry.get("address") == address:
-                mask = entry.get("netmask") or entry.get("prefix") or "32"
-                return name, ipaddress.IPv4Network(f"{address}/{mask}", strict=False)
-    return None, None
-
-
-def bench_networks(hosts, facts_by_host, thunderbolt_interface):
-    """The networks to compare: Thunderbolt (when every host has thunderbolt_ip), management.
-
-    hosts: cluster_hosts entries of the ranked hosts; facts_by_host: name -> ansible_facts.
-    Each network: {"label", "interface" (Open MPI if_include: a name, or a CIDR when hosts name
-    it differently), "ips" (per host, in order)}.
-    """
-    networks = []
-    if hosts and all(h.get("thunderbolt_ip") for h in hosts):
-        networks.append({"label": "thunderbolt", "interface": thunderbolt_interface,
-                         "ips": [h["thunderbolt_ip"] for h in hosts]})
-    ips, names, subnets = [], set(), []
-    for h in hosts:
-        facts = facts_by_host.get(h["name"]) or {}
-        ip = h["ansible_host"] if _is_ip(h["ansible_host"]) else (
-            facts.get("default_ipv4") or {}).get("address")
-        if not ip:
-            raise ValueError(f"{h['name']}: no IPv4 address for ansible_host {h['ansible_host']}"
-                             " — gather facts or use an IP address as ansible_host")
-        name, subnet = _iface_with(facts, ip)
-        ips.append(ip)
-        names.add(name)
-        subnets.append(subnet)
-    if hosts:
-        same_name = len(names) == 1 and None not in names
-        interface = names.pop() if same_name else str(subnets[0] or f"{ips[0]}/32")
-        networks.append({"label": "management", "interface": interface, "ips": ips})
-    return networks
 
 
 def bench_sizes(min_bytes, max_bytes, factor=4):
@@ -232,6 +180,7 @@ def bench_launch_vars(recommendation):
     links = int(recommendation["btl_tcp_links"])
     return {
         "backend": recommendation["backend"],
+        "network": recommendation["network"],
         "mpi_extra_args": ["--mca", "btl_tcp_links", str(links)] if links > 1 else [],
         "grad_bucket_bytes": int(recommendation["bucket_bytes"]),
         "grad_dtype": recommendation.get("grad_dtype", "float32"),
@@ -284,7 +233,6 @@ class FilterModule:
             "bench_launch_vars": bench_launch_vars,
             "bench_markdown": bench_markdown,
             "bench_mpirun_variants": bench_mpirun_variants,
-            "bench_networks": bench_networks,
             "bench_parse_run": bench_parse_run,
             "bench_recommend": bench_recommend,
             "bench_ring_hostfile": bench_ring_hostfile,

@@ -40,8 +40,9 @@ def cluster_hosts(hostvars, hosts):
     """One dict per host, in inventory order, with every name the other roles need.
 
     mpi_address is the address Open MPI (and the SSH mesh) uses: thunderbolt_ip when set, else
-    ansible_host. ip is an IP literal for mlx.launch's "ips": the MPI address when it is one, else
-    the host's default IPv4 from its facts (None when facts were not gathered).
+    ansible_host. management_ip is the host's IP literal on the management network, for
+    mlx.launch's "ips" and Open MPI's interface: ansible_host when it is one, else the host's
+    default IPv4 from its facts (None when facts were not gathered).
     """
     result = []
     for name in hosts:
@@ -49,7 +50,6 @@ def cluster_hosts(hostvars, hosts):
         facts = hv.get("ansible_facts") or {}
         ansible_host = str(hv.get("ansible_host") or name)
         thunderbolt_ip = hv.get("thunderbolt_ip") or None
-        mpi_address = str(thunderbolt_ip or ansible_host)
         default_ip = (facts.get("default_ipv4") or {}).get("address")
         result.append(
             {
@@ -58,8 +58,8 @@ def cluster_hosts(hostvars, hosts):
                 "user": hv.get("ansible_user") or facts.get("user_id"),
                 "thunderbolt_ip": thunderbolt_ip,
                 "slots": _slots(hv),
-                "mpi_address": mpi_address,
-                "ip": mpi_address if _is_ip(mpi_address) else default_ip,
+                "mpi_address": str(thunderbolt_ip or ansible_host),
+                "management_ip": ansible_host if _is_ip(ansible_host) else default_ip,
                 "hostname": facts.get("hostname"),
             }
         )
@@ -76,11 +76,78 @@ def prefix_to_netmask(prefix):
     return str(ipaddress.IPv4Network(f"0.0.0.0/{int(prefix)}").netmask)
 
 
-def mlx_hostfile(hosts, backend="ring"):
+# The networks ranks can talk over, best first, and each host's address field on it.
+NETWORK_ADDRESSES = {"thunderbolt": "thunderbolt_ip", "management": "management_ip"}
+
+
+def cluster_network_labels(hosts):
+    """The networks the ranked hosts share, the default first: thunderbolt when every one has a
+    thunderbolt_ip, then management (ansible_host's network)."""
+    ranked = [h for h in hosts if h["slots"] > 0]
+    tb = bool(ranked) and all(h.get("thunderbolt_ip") for h in ranked)
+    return (["thunderbolt"] if tb else []) + ["management"]
+
+
+def mlx_hostfile_names(hosts):
+    """{network: file name} of mlx.launch's hostfile per network: hosts.json for the default
+    network (the one users run by hand), hosts-<network>.json for another."""
+    labels = cluster_network_labels(hosts)
+    return {label: "hosts.json" if i == 0 else f"hosts-{label}.json"
+            for i, label in enumerate(labels)}
+
+
+def _iface_with(facts, address):
+    """(name, network) of the interface in Ansible facts that carries IPv4 `address`."""
+    for name in facts.get("interfaces", []):
+        iface = facts.get(name.replace("-", "_")) or {}
+        ipv4 = iface.get("ipv4") or []
+        for entry in (ipv4 if isinstance(ipv4, list) else [ipv4]) + list(
+            iface.get("ipv4_secondaries") or []
+        ):
+            if isinstance(entry, dict) and entry.get("address") == address:
+                mask = entry.get("netmask") or entry.get("prefix") or "32"
+                return name, ipaddress.IPv4Network(f"{address}/{mask}", strict=False)
+    return None, None
+
+
+def cluster_networks(hosts, facts, thunderbolt_interface):
+    """Every network of cluster_network_labels as {"label", "interface", "ips"}: the interface
+    for Open MPI's if_include (thunderbolt_interface; for the management network the name the
+    hosts' facts give its address, or its subnet when hosts name it differently) and each ranked
+    host's address on it, in rank order.
+
+    hosts: cluster_hosts entries; facts: each ranked host's ansible_facts, in the same order.
+    """
+    ranked = [h for h in hosts if h["slots"] > 0]
+    networks = []
+    for label in cluster_network_labels(hosts):
+        ips = [h[NETWORK_ADDRESSES[label]] for h in ranked]
+        for h, ip in zip(ranked, ips, strict=True):
+            if not ip:
+                raise ValueError(f"{h['name']}: no IPv4 address for ansible_host "
+                                 f"{h['ansible_host']} — gather facts or use an IP address as "
+                                 "ansible_host")
+        interface = thunderbolt_interface
+        if label == "management":
+            found = [_iface_with(f or {}, ip) for f, ip in zip(facts, ips, strict=True)]
+            names = {name for name, _ in found}
+            if None in names:
+                missing = [h["name"] for h, (name, _) in zip(ranked, found, strict=True)
+                           if name is None]
+                raise ValueError(f"{', '.join(missing)}: no interface with the management "
+                                 "address in the facts — gather facts (setup.yml) first")
+            interface = names.pop() if len(names) == 1 else str(found[0][1])
+        networks.append({"label": label, "interface": interface, "ips": ips})
+    return networks
+
+
+def mlx_hostfile(hosts, backend="ring", network=None):
     """mlx.launch's JSON hostfile in MLX's own format: {"backend", "envs", "hosts"}, with one
     {"ssh", "ips"} host entry per rank, so `mlx.launch --hostfile hosts.json -- ...` starts the
     job train.yml would start (-e backend=ring) without another flag.
 
+    network: the label whose addresses the ranks talk over (default: the first of
+    cluster_network_labels); mlx.launch still logs in to each host's mpi_address.
     mlx.launch has no slots field; like its own --repeat-hosts it repeats a host once per rank
     (the mpi backend counts the repeats into slots, the ring backend gives each its own port).
     With a single host every rank runs where mlx.launch runs, and mlx.launch starts ranks
@@ -90,7 +157,8 @@ def mlx_hostfile(hosts, backend="ring"):
     if len(ranked) == 1:
         entries = [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * ranked[0]["slots"]
     else:
-        entries = [{"ssh": h["mpi_address"], "ips": [h["ip"]] if h["ip"] else []}
+        field = NETWORK_ADDRESSES[network or cluster_network_labels(hosts)[0]]
+        entries = [{"ssh": h["mpi_address"], "ips": [h[field]] if h[field] else []}
                    for h in ranked for _ in range(h["slots"])]
     return {"backend": backend, "envs": [], "hosts": entries}
 
@@ -464,8 +532,11 @@ class FilterModule:
         return {
             "cluster_hosts": cluster_hosts,
             "cluster_inventory_errors": cluster_inventory_errors,
+            "cluster_network_labels": cluster_network_labels,
+            "cluster_networks": cluster_networks,
             "hostname_count_errors": hostname_count_errors,
             "launch_host": launch_host,
             "mlx_hostfile": mlx_hostfile,
+            "mlx_hostfile_names": mlx_hostfile_names,
             "prefix_to_netmask": prefix_to_netmask,
         }

@@ -17,8 +17,10 @@ import shlex
 
 BACKENDS = ("mpi", "ring")
 # Options of the launch itself; every other request option is a `python -m train` flag.
-LAUNCHER_OPTIONS = ("run_name", "np", "backend", "mpi_extra_args", "time_limit", "stall_timeout",
-                    "max_restarts", "follow_reconnect", "elastic", "attach", "stop", "status")
+LAUNCHER_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "time_limit",
+                    "stall_timeout", "max_restarts", "follow_reconnect", "elastic", "attach",
+                    "stop", "status")
+NETWORKS = ("thunderbolt", "management")
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
@@ -172,6 +174,7 @@ def launch_request_errors(request, hosts):
             f"backend: {backend!r} is not one of {', '.join(BACKENDS)} — e.g. -e backend=ring"
         )
     errors += _np_errors(request, hosts, backend or "mpi")
+    errors += _network_errors(request.get("network"), hosts)
     if _bool(request.get("elastic")) and backend == "ring":
         errors.append("elastic: only the mpi backend can go on without a host — use "
                       "backend=mpi, or drop elastic")
@@ -190,6 +193,21 @@ def launch_request_errors(request, hosts):
                 errors.append(f"mpi_extra_args: {extra!r} cannot be split like a shell would "
                               f"({e}) — quote it as you would in a shell, or give a YAML list")
     return errors
+
+
+def _network_errors(network, hosts):
+    """A network that is not one of ours, or Thunderbolt on hosts without thunderbolt_ip."""
+    if not _given(network):
+        return []
+    if network not in NETWORKS:
+        return [f"network: {network!r} is not one of {', '.join(NETWORKS)} — e.g. "
+                "-e network=management, or leave it out (Thunderbolt when the inventory has it)"]
+    without = [h["name"] for h in hosts if h["slots"] > 0 and not h.get("thunderbolt_ip")]
+    if network == "thunderbolt" and without:
+        return [f"network: thunderbolt needs a thunderbolt_ip on every host with slots (none on "
+                f"{', '.join(without)}) — set thunderbolt_ip in the inventory and re-run "
+                "setup.yml, or use -e network=management"]
+    return []
 
 
 def _np_errors(request, hosts, backend):
@@ -374,12 +392,12 @@ def launch_rank_program(layout, run_rel):
 def launch_mpi_options(hosts, infos, np, hostfile, version, libmpi, interface, extra_args=None):
     """Keyword arguments for mpi.py's mpirun_argv.
 
-    The interface flags apply only when ranks talk across hosts over Thunderbolt addresses;
-    --allow-run-as-root only when a host logs in as root; MLX_MPI_LIBNAME travels with -x
-    because macOS SIP strips DYLD_* variables through /bin/sh.
+    interface: the job's network's (cluster_networks), '' to leave the choice to Open MPI; its
+    flags apply only when ranks talk across hosts. --allow-run-as-root only when a host logs in
+    as root; MLX_MPI_LIBNAME travels with -x because macOS SIP strips DYLD_* variables through
+    /bin/sh.
     """
-    ranked = [h for h in hosts if h["slots"] > 0]
-    across = len(ranked) > 1 and any(h.get("thunderbolt_ip") for h in ranked)
+    across = len([h for h in hosts if h["slots"] > 0]) > 1
     return {
         "hostfile": hostfile,
         "np": int(np),
