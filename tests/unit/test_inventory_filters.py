@@ -588,6 +588,15 @@ def test_networks_thunderbolt_and_management_by_interface_name():
     ]
 
 
+def test_only_the_management_network_needs_the_facts():
+    hosts = inv.cluster_hosts(two_macs(), ["mac1", "mac2"])
+    assert inv.cluster_networks(hosts, [{}, {}], "bridge0", ["thunderbolt"]) == [
+        {"label": "thunderbolt", "interface": "bridge0", "ips": ["198.19.0.1", "198.19.0.2"]}]
+    plain = inv.cluster_hosts({"a": {"ansible_host": "198.18.1.11"}}, ["a"])
+    assert inv.cluster_networks(plain, [facts("en0", "198.18.1.11")], "bridge0",
+                                ["thunderbolt", "management"])[0]["label"] == "management"
+
+
 def test_networks_use_the_subnet_when_hosts_name_the_interface_differently():
     hosts = inv.cluster_hosts({"a": {"ansible_host": "198.18.1.11"},
                                "b": {"ansible_host": "198.18.1.12"}}, ["a", "b"])

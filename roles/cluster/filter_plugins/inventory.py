@@ -110,17 +110,20 @@ def _iface_with(facts, address):
     return None, None
 
 
-def cluster_networks(hosts, facts, thunderbolt_interface):
-    """Every network of cluster_network_labels as {"label", "interface", "ips"}: the interface
-    for Open MPI's if_include (thunderbolt_interface; for the management network the name the
-    hosts' facts give its address, or its subnet when hosts name it differently) and each ranked
-    host's address on it, in rank order.
+def cluster_networks(hosts, facts, thunderbolt_interface, labels=None):
+    """The networks of cluster_network_labels (those in `labels`, when given) as {"label",
+    "interface", "ips"}: the interface for Open MPI's if_include (thunderbolt_interface; for the
+    management network the name the hosts' facts give its address, or its subnet when hosts
+    name it differently) and each ranked host's address on it, in rank order. Only the
+    management network needs the facts.
 
     hosts: cluster_hosts entries; facts: each ranked host's ansible_facts, in the same order.
     """
     ranked = [h for h in hosts if h["slots"] > 0]
     networks = []
     for label in cluster_network_labels(hosts):
+        if labels is not None and label not in labels:
+            continue
         ips = [h[NETWORK_ADDRESSES[label]] for h in ranked]
         for h, ip in zip(ranked, ips, strict=True):
             if not ip:
