@@ -45,6 +45,14 @@ class PlaybookRun:
     def failures(self) -> list[dict]:
         return self.task_results("runner_on_failed") + self.task_results("runner_on_unreachable")
 
+    def failure_messages(self) -> list[str]:
+        """The msg of every failed task, and of each failed item of a failed loop (whose own msg
+        is only 'One or more items failed')."""
+        results = [f["res"] for f in self.failures()]
+        results += [item for res in results for item in res.get("results", [])
+                    if isinstance(item, dict) and item.get("failed")]
+        return [str(res["msg"]) for res in results if res.get("msg")]
+
 
 def run_playbook(
     playbook: str,

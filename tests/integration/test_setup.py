@@ -37,7 +37,7 @@ def test_check_mode_then_setup_then_rerun_changes_nothing_also_with_a_sudo_passw
         vc.run(host.name, "ip addr flush dev bridge0")
         refused = run_playbook("setup.yml", vc.inventory, tmp_path / "no-password")
         assert refused.status == "failed"
-        messages = " ".join(str(f["res"].get("msg", "")) for f in refused.failures())
+        messages = " ".join(refused.failure_messages())
         assert "password" in messages.lower(), messages
         asked = run_playbook("setup.yml", vc.inventory, tmp_path / "ask-become-pass",
                              cmdline="--ask-become-pass",

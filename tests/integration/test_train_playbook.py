@@ -42,7 +42,7 @@ def train(vc, tmp_path, name, **extravars):
 
 
 def failure_message(run):
-    return "\n".join(str(f["res"].get("msg", "")) for f in run.failures())
+    return "\n".join(run.failure_messages())
 
 
 def job_processes(vc):
