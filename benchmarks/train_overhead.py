@@ -11,15 +11,12 @@ the phase of the play. Writes benchmarks/results/train_overhead.md (min and medi
 
 import argparse
 import json
-import os
 import re
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
-from benchmarks.cluster import set_up_cluster, write_results
-from tools.playbook import ROOT
+from benchmarks.cluster import set_up_cluster, train_yml, write_results
 
 RESULTS = Path(__file__).parent / "results" / "train_overhead.md"
 # The first task of each phase, in play order (profile_tasks' recap in execution order).
@@ -50,20 +47,12 @@ def phases(output):
     return seconds
 
 
-def train_yml(vc, workdir, run, steps):
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-           "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
-           "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"}
-    argv = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(vc.inventory),
-            str(ROOT / "train.yml"), "-e", "model=mlp", "-e", f"steps={steps}",
-            "-e", f"run_name={run}", "-e", f"launch_results_dir={workdir / 'runs'}"]
-    start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900,
-                          stdin=subprocess.DEVNULL)
-    wall = time.monotonic() - start
-    if done.returncode != 0:
-        raise SystemExit(f"train.yml failed:\n{done.stdout[-4000:]}")
-    return wall, phases(done.stdout)
+def profiled_train_yml(vc, workdir, run, steps):
+    """(wall seconds, {phase: seconds}) of one train.yml run under profile_tasks."""
+    wall, stdout = train_yml(vc, workdir, run, ["-e", "model=mlp", "-e", f"steps={steps}"], env={
+        "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+        "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"})
+    return wall, phases(stdout)
 
 
 def by_hand(vc, run, raw):
@@ -93,9 +82,10 @@ def main():
     args = parser.parse_args()
     walls, raws, breakdowns = [], [], []
     with set_up_cluster(hosts=3, slots=[1, 2, 1]) as (vc, workdir):
-        train_yml(vc, workdir, "warm-up", args.steps)  # first-run costs: supervisor copy, caches
+        # First-run costs: supervisor copy, caches.
+        profiled_train_yml(vc, workdir, "warm-up", args.steps)
         for n in range(args.rounds):
-            wall, phase = train_yml(vc, workdir, f"bench-{n}", args.steps)
+            wall, phase = profiled_train_yml(vc, workdir, f"bench-{n}", args.steps)
             raw = by_hand(vc, f"bench-{n}", f"raw-{n}")
             print(f"round {n}: train.yml {wall:.1f} s, by hand {raw:.1f} s", flush=True)
             walls.append(wall)
