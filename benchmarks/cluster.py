@@ -1,10 +1,13 @@
 """What the virtual-cluster benchmarks share: a cluster set up with setup.yml, and the report."""
 
 import contextlib
+import os
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
-from tools.playbook import run_playbook
+from tools.playbook import ROOT, run_playbook
 from tools.vcluster import VirtualCluster
 from tools.wheelhouse import offline_pip_args
 
@@ -29,3 +32,19 @@ def write_results(path: Path, lines: list[str]) -> None:
     path.parent.mkdir(exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     print(path.read_text())
+
+
+def train_yml(vc, workdir, run, extra_args, env=None):
+    """(wall seconds, stdout) of `ansible-playbook train.yml -e run_name=<run> <extra_args>` as a
+    user types it, results under workdir/runs/<run>; env: more environment variables."""
+    argv = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(vc.inventory),
+            str(ROOT / "train.yml"), "-e", f"run_name={run}",
+            "-e", f"launch_results_dir={workdir / 'runs'}", *extra_args]
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), **(env or {})}
+    start = time.monotonic()
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800,
+                          stdin=subprocess.DEVNULL)
+    wall = time.monotonic() - start
+    if done.returncode != 0:
+        raise SystemExit(f"train.yml failed:\n{done.stdout[-4000:]}")
+    return wall, done.stdout

@@ -11,15 +11,12 @@ the phase of the play. Writes benchmarks/results/train_overhead.md (min and medi
 
 import argparse
 import json
-import os
 import re
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
-from benchmarks.cluster import set_up_cluster, write_results
-from tools.playbook import ROOT
+from benchmarks.cluster import set_up_cluster, train_yml, write_results
 
 RESULTS = Path(__file__).parent / "results" / "train_overhead.md"
 # The first task of each phase, in play order (profile_tasks' recap in execution order).
@@ -32,13 +29,13 @@ PHASES = [
     ("bring the results back, judge the run", "launch : Fetch this host's results"),
     ("report the verdict", "launch : Fail naming the host"),
 ]
+PHASES_BEFORE_JOB = [name for name, _ in PHASES[:4]]
 TASK_TIME = re.compile(r"^(?P<name>.*?) -+ (?P<seconds>\d+\.\d+)s$")
 
 
-def phases(output):
-    """{phase: seconds} from profile_tasks' recap (tasks in execution order)."""
-    seconds = dict.fromkeys([name for name, _ in PHASES], 0.0)
-    phase = PHASES[0][0]
+def task_times(output):
+    """[(phase, task, seconds)] from profile_tasks' recap (tasks in execution order)."""
+    times, phase = [], PHASES[0][0]
     for line in output.splitlines():
         if not (match := TASK_TIME.match(line.strip())):
             continue
@@ -46,24 +43,16 @@ def phases(output):
             if match["name"].startswith(first):
                 phase = name
                 break
-        seconds[phase] += float(match["seconds"])
-    return seconds
+        times.append((phase, match["name"], float(match["seconds"])))
+    return times
 
 
-def train_yml(vc, workdir, run, steps):
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-           "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
-           "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"}
-    argv = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(vc.inventory),
-            str(ROOT / "train.yml"), "-e", "model=mlp", "-e", f"steps={steps}",
-            "-e", f"run_name={run}", "-e", f"launch_results_dir={workdir / 'runs'}"]
-    start = time.monotonic()
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=900,
-                          stdin=subprocess.DEVNULL)
-    wall = time.monotonic() - start
-    if done.returncode != 0:
-        raise SystemExit(f"train.yml failed:\n{done.stdout[-4000:]}")
-    return wall, phases(done.stdout)
+def profiled_train_yml(vc, workdir, run, steps):
+    """(wall seconds, [(phase, task, seconds)]) of one train.yml run under profile_tasks."""
+    wall, stdout = train_yml(vc, workdir, run, ["-e", "model=mlp", "-e", f"steps={steps}"], env={
+        "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+        "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "all", "PROFILE_TASKS_SORT_ORDER": "none"})
+    return wall, task_times(stdout)
 
 
 def by_hand(vc, run, raw):
@@ -93,9 +82,10 @@ def main():
     args = parser.parse_args()
     walls, raws, breakdowns = [], [], []
     with set_up_cluster(hosts=3, slots=[1, 2, 1]) as (vc, workdir):
-        train_yml(vc, workdir, "warm-up", args.steps)  # first-run costs: supervisor copy, caches
+        # First-run costs: supervisor copy, caches.
+        profiled_train_yml(vc, workdir, "warm-up", args.steps)
         for n in range(args.rounds):
-            wall, phase = train_yml(vc, workdir, f"bench-{n}", args.steps)
+            wall, phase = profiled_train_yml(vc, workdir, f"bench-{n}", args.steps)
             raw = by_hand(vc, f"bench-{n}", f"raw-{n}")
             print(f"round {n}: train.yml {wall:.1f} s, by hand {raw:.1f} s", flush=True)
             walls.append(wall)
@@ -105,9 +95,15 @@ def main():
     overheads = [w - r for w, r in zip(walls, raws, strict=True)]
     stats = [("ansible-playbook train.yml", walls), ("command.sh by hand (raw mpirun)", raws),
              ("overhead (train.yml - by hand)", overheads)]
-    parts = {name: [b[name] for b in breakdowns] for name, _ in PHASES}
+    parts = {name: [sum(t for p, _, t in b if p == name) for b in breakdowns] for name, _ in PHASES}
     parts["Ansible itself (start, plugins, exit)"] = [
-        w - sum(b.values()) for w, b in zip(walls, breakdowns, strict=True)]
+        w - sum(t for _, _, t in b) for w, b in zip(walls, breakdowns, strict=True)]
+    # The tasks of the phases before the job, by name (a task that ran twice: both times summed).
+    before_job = {}
+    for b in breakdowns:
+        for name in {task for phase, task, _ in b if phase in PHASES_BEFORE_JOB}:
+            before_job.setdefault(name, []).append(
+                sum(t for phase, task, t in b if task == name and phase in PHASES_BEFORE_JOB))
     lines = [
         "# train.yml's overhead over the same job started by hand",
         "",
@@ -128,6 +124,12 @@ def main():
         "",
         "The follow phase is the job itself plus up to 0.1 s after it ends (the follower waits "
         "on the launch host for news).",
+        "",
+        "## The tasks before the job starts (median over rounds, seconds; 0.1 s and more)",
+        "",
+        *table(sorted(((n, (statistics.median(v),)) for n, v in before_job.items()
+                       if statistics.median(v) >= 0.1), key=lambda row: -row[1][0]),
+               "| task | seconds |"),
     ]
     write_results(RESULTS, lines)
 

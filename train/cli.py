@@ -15,6 +15,7 @@ LORA_DATASETS = ("jsonl",)
 REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 # (learning rate, global batch size) when not given: LoRA follows mlx-lm's defaults.
 DEFAULTS = {"built-in": (1e-3, 64), "lora": (1e-5, 4)}
+MLP_WIDTH = 128  # hidden units of each of mlp's layers unless --width says otherwise
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
 # --report-to choice: the package rank 0 writes with (None: nothing to write).
 TRACKERS = {"none": None, "tensorboard": "tensorboardX"}
@@ -75,6 +76,8 @@ def parser():
     add("--data", type=path, metavar="PATH", help="text: the text file; jsonl: the directory "
         "with train.jsonl and valid.jsonl; mnist/fashion-mnist: a directory with the IDX files "
         "instead of downloading them")
+    add("--width", type=count(1), default=MLP_WIDTH, metavar="N", help="hidden units "
+        f"of each of mlp's two layers: a larger model and gradient (default: {MLP_WIDTH})")
     add("--steps", type=count(1), default=500, metavar="N", help="optimizer steps (default: 500)")
     add("--batch-size", type=count(1), metavar="B", help="global batch size, split evenly over "
         "the ranks (default: 64; 4 for LoRA)")
@@ -124,6 +127,8 @@ def parse(argv=None):
         check_command(args)
         return args
     args.model = args.model or "mlp"
+    if args.width != MLP_WIDTH and args.model != "mlp":
+        fail(f"argument --width: only mlp has a width, not {args.model}; leave --width out")
     args.lora = args.model not in BUILT_IN
     if args.lora:
         check_lora_model(args.model)

@@ -14,11 +14,11 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten
 
-from . import checkpoint, data, distributed, lora, models, report
+from . import checkpoint, cli, data, distributed, lora, models, report
 from .errors import fail
 
 # A resumed run must have these settings of the run it continues.
-SAME_ON_RESUME = ("model", "dataset", "data", "batch_size", "seed")
+SAME_ON_RESUME = ("model", "dataset", "data", "batch_size", "seed", "width")
 
 
 def build(args):
@@ -28,7 +28,7 @@ def build(args):
         return lora.load(args.model, args.data)
     train, test = data.load(args.dataset, args.data, models.CONTEXT)
     inputs, _, _ = train[np.arange(1)]
-    return models.build(args.model, inputs.shape[1:]), train, test
+    return models.build(args.model, inputs.shape[1:], args.width), train, test
 
 
 def weighted_loss(model, inputs, targets, weights, scale):
@@ -62,9 +62,11 @@ def restore(args, model, optimizer, group):
     if latest:
         state = checkpoint.load(latest, model, optimizer)
         for key in SAME_ON_RESUME:
-            if state["config"][key] != config(args)[key]:
+            # A checkpoint from before a setting existed was made with its default.
+            saved = state["config"].get(key, cli.parser().get_default(key))
+            if saved != config(args)[key]:
                 fail(f"--resume: {latest} was made with --{key.replace('_', '-')} "
-                         f"{state['config'][key]}, not {config(args)[key]}")
+                         f"{saved}, not {config(args)[key]}")
         step = state["step"]
         report.say(f"resuming from {latest} (step {step})")
     optimizer.learning_rate = args.lr

@@ -8,7 +8,7 @@ CLASSES = 10
 
 
 class MLP(nn.Module):
-    def __init__(self, in_dims, hidden=128, out_dims=CLASSES):
+    def __init__(self, in_dims, hidden, out_dims=CLASSES):
         super().__init__()
         self.layers = [nn.Linear(in_dims, hidden), nn.Linear(hidden, hidden)]
         self.head = nn.Linear(hidden, out_dims)
@@ -49,10 +49,11 @@ class GPT(nn.Module):
         return self.head(self.blocks(h, mask))
 
 
-def build(name, image_shape):
-    """A built-in model; image_shape is (height, width, 1) of the data for mlp and cnn."""
+def build(name, image_shape, width):
+    """A built-in model; image_shape is (height, width, 1) of the data for mlp and cnn; width:
+    mlp's hidden units per layer."""
     if name == "mlp":
-        return MLP(image_shape[0] * image_shape[1])
+        return MLP(image_shape[0] * image_shape[1], hidden=width)
     if name == "cnn":
         return CNN(image_shape[0])
     return GPT()

@@ -92,6 +92,11 @@ ROWS = [
             "too many ranks"),
     request({"np": "0"}, "np: '0' is not a positive integer", "zero ranks"),
     request({"backend": "nccl"}, "backend: 'nccl' is not one of mpi, ring", "backend"),
+    request({"network": "wifi"}, "network: 'wifi' is not one of thunderbolt, management",
+            "network"),
+    request({"network": "thunderbolt"}, "network: thunderbolt needs a thunderbolt_ip on every "
+            "host with slots (none on m1, m2)", "thunderbolt network without addresses"),
+    request({"width": "0"}, "width: '0' is not an integer >= 1", "mlp width"),
     request({"backend": "ring", "np": "2"}, "np: the ring backend starts one rank per slot",
             "ring with fewer ranks"),
     request({"backend": "ring", "mpi_extra_args": "-v"},

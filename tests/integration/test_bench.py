@@ -1,12 +1,14 @@
 """bench.yml on a 2-host virtual cluster whose Thunderbolt link is shaped to 10 Gbit/s and the
 management link to 1 Gbit/s: the saved results show Thunderbolt faster, for iperf3 and for
 every all-reduce backend and wire dtype, and recommend it; on the slow link a gradient sent as
-bfloat16 is faster than as float32."""
+bfloat16 is faster than as float32. train.yml then runs with the recommended.yml it wrote and
+applies every key of it."""
 
 import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tools.playbook import run_playbook
 from tools.wheelhouse import offline_pip_args
@@ -52,5 +54,26 @@ def test_bench_shows_thunderbolt_faster_than_management(vcluster, tmp_path):
     table = Path(run_dir, "results.md").read_text()
     assert "| thunderbolt |" in table and "network: **thunderbolt**" in table
     assert Path(run_dir, "allreduce.png").read_bytes()[:4] == b"\x89PNG"
-    recommended = Path(run_dir, "recommended.yml").read_text()
-    assert "backend:" in recommended and "grad_dtype:" in recommended
+
+    # recommended.yml keeps bridge0 (en0 is 1 Gbit/s) and train.yml applies every key of it.
+    path = Path(run_dir, "recommended.yml")
+    rec = yaml.safe_load(path.read_text())
+    assert sorted(rec) == ["backend", "grad_bucket_bytes", "grad_dtype", "mpi_extra_args",
+                           "network"], rec
+    assert rec["network"] == "thunderbolt" and rec["backend"] in ("mpi", "ring"), rec
+    train = run_playbook("train.yml", vc.inventory, tmp_path / "train", cmdline=f"-e @{path}",
+                         extravars={"model": "mlp", "steps": 20, "run_name": "advised",
+                                    "launch_results_dir": str(tmp_path / "runs")})
+    assert train.status == "successful", train.stdout[-6000:]
+    out = tmp_path / "runs" / "advised"
+    launch = " ".join((out / "command.sh").read_text().replace("\\\n", " ").split())
+    if rec["backend"] == "mpi":
+        assert "/mpirun " in launch and "--mca btl_tcp_if_include bridge0" in launch, launch
+        assert " ".join(rec["mpi_extra_args"]) in launch, launch
+    else:
+        assert "/mlx.launch --hostfile " in launch and "/hosts.json " in launch, launch
+    # What the ranks ran with, in the checkpoint's record of their settings.
+    [step] = (out / "checkpoints").iterdir()
+    config = json.loads((step / "state.json").read_text())["config"]
+    assert (config["grad_bucket_bytes"], config["grad_dtype"]) == (
+        rec["grad_bucket_bytes"], rec["grad_dtype"]), config

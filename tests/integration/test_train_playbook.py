@@ -178,6 +178,31 @@ def test_trains_on_every_slot_over_bridge0_then_resumes(cluster, tmp_path):
     assert "resuming from" in (out / "logs" / "rank.0.log").read_text()
 
 
+@pytest.mark.parametrize("backend", ["mpi", "ring"])
+def test_network_management_moves_the_jobs_traffic_to_en0(cluster, tmp_path, backend):
+    """-e network=management: Open MPI keeps to the management interface, the ring backend
+    talks to each host's management address; bridge0 carries only the launch's logins."""
+    vc = cluster
+    width, steps = 512, 40  # mlp's gradient: 301,066 floats, 1.2 MB a step
+    gradient_bytes = (64 * width + width + width * width + width + width * 10 + 10) * 4 * steps
+    before = {ifname: bytes_on(vc, ifname) for ifname in ("bridge0", "en0")}
+    run, out = train(vc, tmp_path, f"en0-{backend}", model="mlp", width=width, steps=steps,
+                     backend=backend, network="management")
+    assert run.status == "successful", run.stdout[-6000:]
+    after = {ifname: bytes_on(vc, ifname) for ifname in ("bridge0", "en0")}
+    for host in vc.hosts:
+        rx, tx = (after["en0"][host.name][i] - before["en0"][host.name][i] for i in (0, 1))
+        bridge0 = sum(after["bridge0"][host.name]) - sum(before["bridge0"][host.name])
+        assert rx >= gradient_bytes and tx >= gradient_bytes, (host.name, rx, tx, gradient_bytes)
+        assert bridge0 < gradient_bytes / 4, (host.name, bridge0, gradient_bytes)
+    launch = " ".join((out / "command.sh").read_text().replace("\\\n", " ").split())
+    if backend == "mpi":
+        assert "--mca btl_tcp_if_include en0" in launch and "bridge0" not in launch, launch
+    else:
+        assert "/hosts-management.json" in launch, launch
+    assert json.loads((out / "summary.json").read_text())["world_size"] == 4
+
+
 def test_killed_rank_fails_the_play_naming_its_host(cluster, tmp_path):
     vc = cluster
     victim = vc.hosts[2].name  # rank 3

@@ -33,10 +33,15 @@ def shown_request(tmp_path, *extra):
 
 
 def test_a_later_extra_var_wins_over_recommended_yml(tmp_path):
-    rec = bench.bench_launch_vars({"backend": "mpi", "btl_tcp_links": 1, "bucket_bytes": 1 << 20})
+    rec = bench.bench_launch_vars({"backend": "mpi", "network": "management", "btl_tcp_links": 1,
+                                   "bucket_bytes": 1 << 20, "grad_dtype": "bfloat16"})
     path = tmp_path / "recommended.yml"
     path.write_text(yaml.safe_dump(rec))
-    assert shown_request(tmp_path, "-e", f"@{path}")["backend"] == "mpi"
+    request = shown_request(tmp_path, "-e", f"@{path}")
+    # Every key of recommended.yml is an option of the request, read under its own name.
+    assert {key: request[key] for key in rec if key != "mpi_extra_args"} == {
+        "backend": "mpi", "network": "management", "grad_bucket_bytes": str(1 << 20),
+        "grad_dtype": "bfloat16"}
     request = shown_request(tmp_path, "-e", f"@{path}", "-e", "backend=ring")
     assert request["backend"] == "ring"
     assert request["grad_bucket_bytes"] == str(1 << 20)

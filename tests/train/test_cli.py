@@ -3,6 +3,7 @@
 import json
 import re
 
+import mlx.core as mx
 import pytest
 
 from train import cli
@@ -23,7 +24,7 @@ def test_help_documents_every_flag():
     text = run(train_cmd("--help")).stdout
     for flag in ("--model", "--dataset", "--data", "--steps", "--batch-size", "--lr", "--seed",
                  "--out", "--resume", "--eval-every", "--checkpoint-every", "--log-every",
-                 "--grad-bucket-bytes", "--heartbeat", "--check"):
+                 "--grad-bucket-bytes", "--heartbeat", "--check", "--width"):
         assert re.search(rf"^\s+{flag}\b.*\S", text, re.M), flag
 
 
@@ -53,6 +54,16 @@ def test_missing_data_path(capsys, tmp_path):
     assert "is not a text file" in error_of(capsys, "--model", "gpt", "--data", tmp_path)
     assert f"{tmp_path} has no train-images-idx3-ubyte.gz" in error_of(
         capsys, "--dataset", "fashion-mnist", "--data", tmp_path)
+
+
+def test_width_is_mlps_and_makes_its_gradient_larger(capsys, tmp_path):
+    assert "only mlp has a width, not cnn" in error_of(capsys, "--model", "cnn", "--width", "8")
+    assert "'0'" in error_of(capsys, "--width", "0")
+    out = tmp_path / "wide"
+    run(train_cmd("--width", "300", "--steps", "1", "--eval-every", "0", "--out", out))
+    [step] = (out / "checkpoints").iterdir()
+    weights = mx.load(str(step / "model.safetensors"))
+    assert weights["layers.1.weight"].shape == (300, 300)
 
 
 def test_bad_numbers(capsys):

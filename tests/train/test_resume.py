@@ -77,12 +77,15 @@ def test_resume_refuses_a_different_run(tmp_path):
     changed = [*SETTINGS, "--steps", "40", "--out", out, "--resume", "--seed", "1"]
     result = run(train_cmd(*changed), check=False)
     assert result.returncode == 2 and "was made with --seed 0, not 1" in result.stderr
+    wider = [*SETTINGS, "--steps", "40", "--out", out, "--resume", "--width", "256"]
+    result = run(train_cmd(*wider), check=False)
+    assert result.returncode == 2 and "was made with --width 128, not 256" in result.stderr
     done = run(train_cmd(*SETTINGS, "--steps", "20", "--out", out, "--resume")).stdout
     assert "already at step 20 of 20; nothing to do" in done
 
 
 def test_checkpoint_round_trip_and_half_written_ones_are_ignored(tmp_path):
-    model, optimizer = models.MLP(4), optim.Adam(learning_rate=0.1)
+    model, optimizer = models.MLP(4, 8), optim.Adam(learning_rate=0.1)
     optimizer.init(model.trainable_parameters())
     saved = checkpoint.save(tmp_path, 7, model, optimizer, {"seed": 3})
     assert saved.name == "step_00000007"
@@ -92,7 +95,7 @@ def test_checkpoint_round_trip_and_half_written_ones_are_ignored(tmp_path):
     (tmp_path / "checkpoints" / ".tmp_step_00000009").mkdir()
     assert checkpoint.latest(tmp_path) == saved
 
-    fresh, fresh_optimizer = models.MLP(4), optim.Adam(learning_rate=0.1)
+    fresh, fresh_optimizer = models.MLP(4, 8), optim.Adam(learning_rate=0.1)
     state = checkpoint.load(saved, fresh, fresh_optimizer)
     assert state == {"step": 7, "config": {"seed": 3}}
     for (name, a), (_, b) in zip(sorted(model.parameters()["head"].items()),

@@ -1,4 +1,4 @@
-"""roles/bench/filter_plugins/bench.py: networks, sizes, parsing, table and recommendation."""
+"""roles/bench/filter_plugins/bench.py: sizes, parsing, table and recommendation."""
 
 import json
 
@@ -11,112 +11,6 @@ bench = load("roles/bench/filter_plugins/bench.py")
 read = load("roles/cluster/filter_plugins/command_result.py").command_result
 
 MiB = 1 << 20
-
-
-def host(name, ansible_host, thunderbolt_ip=None):
-    return {"name": name, "ansible_host": ansible_host, "thunderbolt_ip": thunderbolt_ip}
-
-
-def facts(iface, address, linux=True):
-    entry = {"address": address, "netmask": "255.255.255.0"}
-    return {"interfaces": ["lo", iface], iface: {"ipv4": entry if linux else [entry]}}
-
-
-def test_networks_thunderbolt_and_management_by_interface_name():
-    hosts = [host("a", "198.18.1.11", "198.19.1.11"), host("b", "198.18.1.12", "198.19.1.12")]
-    nets = bench.bench_networks(hosts, {"a": facts("en0", "198.18.1.11"),
-                                        "b": facts("en0", "198.18.1.12", linux=False)}, "bridge0")
-    assert nets == [
-        {"label": "thunderbolt", "interface": "bridge0", "ips": ["198.19.1.11", "198.19.1.12"]},
-        {"label": "management", "interface": "en0", "ips": ["198.18.1.11", "198.18.1.12"]},
-    ]
-
-
-def test_networks_use_the_subnet_when_hosts_name_the_interface_differently():
-    hosts = [host("a", "198.18.1.11"), host("b", "198.18.1.12")]
-    nets = bench.bench_networks(hosts, {"a": facts("en0", "198.18.1.11"),
-                                        "b": facts("en1", "198.18.1.12")}, "bridge0")
-    assert nets == [{"label": "management", "interface": "198.18.1.0/24",
-                     "ips": ["198.18.1.11", "198.18.1.12"]}]
-
-
-def test_networks_resolve_a_dns_ansible_host_from_facts():
-    f = {**facts("en0", "198.18.1.11"), "default_ipv4": {"address": "198.18.1.11"}}
-    nets = bench.bench_networks([host("a", "mac1.local")], {"a": f}, "bridge0")
-    assert nets[0]["ips"] == ["198.18.1.11"] and nets[0]["interface"] == "en0"
-    with pytest.raises(ValueError, match="mac1.local"):
-        bench.bench_networks([host("a", "mac1.local")], {"a": {}}, "bridge0")
-
-
-# thunderbolt_topology cables (cluster defaults): the topology and hosts.json of the same inventory.
-cables = load("roles/cluster/filter_plugins/cables.py")
-topology = load("roles/cluster/filter_plugins/topology.py")
-inventory = load("roles/cluster/filter_plugins/inventory.py")
-POOL = "198.19.1.0/24"
-
-
-def cabled(names, cable_list):
-    hosts = [dict(host(n, f"198.18.1.{11 + i}"), slots=1, mpi_address=f"198.18.1.{11 + i}",
-                  ip=f"198.18.1.{11 + i}") for i, n in enumerate(names)]
-    plan = cables.cable_plan(cable_list, names, POOL)
-    topo = topology.cable_topology(hosts, plan)
-    hostfile = inventory.mlx_hostfile(hosts, "ring", topo if topo["backends"]["ring"] else None)
-    facts_by_host = {h["name"]: facts("en0", h["ansible_host"]) for h in hosts}
-    return hosts, plan, {"topology": topo, "hostfile": hostfile}, facts_by_host
-
-
-def test_a_ring_of_cables_runs_mlx_ring_in_ring_order_and_open_mpi_over_management():
-    # a - c - b - d - a: MLX's ring (and train.yml's hosts.json) ranks a, c, b, d.
-    names = ["a", "b", "c", "d"]
-    ring = [["a", "en2", "c", "en2"], ["c", "en3", "b", "en2"], ["b", "en3", "d", "en2"],
-            ["d", "en3", "a", "en3"]]
-    hosts, plan, cabling, facts_by_host = cabled(names, ring)
-    nets = bench.bench_networks(hosts, facts_by_host, "bridge0", cabling)
-    assert nets == [
-        {"label": "cables", "interface": POOL, "backends": ["ring"], "order": ["a", "c", "b", "d"],
-         "ips": [e["ips"][0] for e in cabling["hostfile"]["hosts"]]},
-        {"label": "management", "interface": "en0", "backends": ["mpi", "mpi4py"],
-         "ips": ["198.18.1.11", "198.18.1.12", "198.18.1.13", "198.18.1.14"]},
-    ]
-    assert bench.bench_networks_for(nets, ["ring"]) == nets[:1]
-    assert bench.bench_networks_for(nets, ["mpi", "mpi4py"]) == nets[1:]
-    bridged = [{"label": "thunderbolt", "interface": "bridge0", "ips": ["198.19.1.11"]}]
-    assert bench.bench_networks_for(bridged, ["ring"]) == bridged  # no "backends": all run
-    # rank 1 (c) listens on its cable to rank 0 (a), where a connects
-    a_c = next(c for c in plan["cables"] if c["hosts"] == ["a", "c"])
-    assert nets[0]["ips"][1] == a_c["addresses"][1]
-
-
-def test_two_cabled_hosts_run_everything_over_their_cable():
-    hosts, plan, cabling, facts_by_host = cabled(["a", "b"], [["a", "en2", "b", "en3"]])
-    nets = bench.bench_networks(hosts, facts_by_host, "bridge0", cabling)
-    assert nets[0] == {"label": "cables", "interface": POOL,
-                       "ips": plan["cables"][0]["addresses"]}
-    assert nets[1] == {"label": "management", "interface": "en0",
-                       "ips": ["198.18.1.11", "198.18.1.12"]}
-
-
-def test_a_chain_has_no_all_reduce_over_the_cables():
-    hosts, _, cabling, facts_by_host = cabled(["a", "b", "c"], [["a", "en2", "b", "en2"],
-                                                                ["b", "en3", "c", "en2"]])
-    nets = bench.bench_networks(hosts, facts_by_host, "bridge0", cabling)
-    assert [n["label"] for n in nets] == ["management"] and "backends" not in nets[0]
-
-
-def test_iperf3_measures_host_pairs_per_network_and_each_cable_alone():
-    hosts, plan, cabling, facts_by_host = cabled(["a", "b", "c"], [["a", "en2", "b", "en2"],
-                                                                   ["b", "en3", "c", "en2"]])
-    nets = bench.bench_networks(hosts, facts_by_host, "bridge0", cabling)
-    pairs = bench.bench_iperf3_pairs(nets, ["a", "b", "c"], plan["cables"])
-    assert [(p["network"], p["link"], p["a_ip"], p["b_ip"]) for p in pairs] == [
-        ("management", "a -> b", "198.18.1.11", "198.18.1.12"),
-        ("management", "a -> c", "198.18.1.11", "198.18.1.13"),
-        ("management", "b -> c", "198.18.1.12", "198.18.1.13"),
-        ("cables", "a en2 - b en2", "198.19.1.1", "198.19.1.2"),
-        ("cables", "b en3 - c en2", "198.19.1.5", "198.19.1.6"),
-    ]
-    assert (pairs[-1]["a"], pairs[-1]["b"]) == ("b", "c")
-    assert bench.bench_iperf3_pairs(nets, ["a", "b", "c"]) == pairs[:3]
 
 
 def test_sizes():
@@ -191,8 +85,9 @@ def test_recommend_picks_the_fastest_mlx_configuration_at_the_largest_size():
     # reached at 1 MiB.
     assert rec["bucket_bytes"] == MiB
     assert bench.bench_launch_vars(rec) == {
-        "backend": "mpi", "mpi_extra_args": ["--mca", "btl_tcp_links", "4"],
-        "grad_bucket_bytes": MiB, "grad_dtype": "float32"}
+        "backend": "mpi", "network": "thunderbolt",
+        "mpi_extra_args": ["--mca", "btl_tcp_links", "4"], "grad_bucket_bytes": MiB,
+        "grad_dtype": "float32"}
 
 
 def test_recommend_sends_bfloat16_only_when_the_winner_was_clearly_faster_so():

@@ -383,11 +383,12 @@ def test_cluster_hosts_normalises_in_inventory_order():
     }
     assert inv.cluster_hosts(hostvars, ["b", "a", "localhost"]) == [
         {"name": "b", "ansible_host": "198.18.1.2", "user": "bob", "thunderbolt_ip": "198.19.0.2",
-         "slots": 1, "mpi_address": "198.19.0.2", "ip": "198.19.0.2", "hostname": None},
+         "slots": 1, "mpi_address": "198.19.0.2", "management_ip": "198.18.1.2",
+         "hostname": None},
         {"name": "a", "ansible_host": "a.local", "user": "alice", "thunderbolt_ip": None,
-         "slots": 0, "mpi_address": "a.local", "ip": "198.18.1.1", "hostname": "a"},
+         "slots": 0, "mpi_address": "a.local", "management_ip": "198.18.1.1", "hostname": "a"},
         {"name": "localhost", "ansible_host": "localhost", "user": None, "thunderbolt_ip": None,
-         "slots": 2, "mpi_address": "localhost", "ip": None, "hostname": None},
+         "slots": 2, "mpi_address": "localhost", "management_ip": None, "hostname": None},
     ]  # fmt: skip
 
 
@@ -425,6 +426,16 @@ def test_mlx_entries_repeat_hosts_per_slot_and_skip_zero_slots():
         {"ssh": "198.19.0.1", "ips": ["198.19.0.1"]},
         {"ssh": "198.19.0.3", "ips": ["198.19.0.3"]},
     ]
+
+
+def test_mlx_entries_on_the_management_network_keep_logging_in_over_thunderbolt():
+    hosts = inv.cluster_hosts(two_macs(mac1={"mpi_slots": 2}), ["mac1", "mac2"])
+    assert inv.mlx_hostfile(hosts, network="management")["hosts"] == [
+        {"ssh": "198.19.0.1", "ips": ["198.18.1.21"]},
+        {"ssh": "198.19.0.1", "ips": ["198.18.1.21"]},
+        {"ssh": "198.19.0.2", "ips": ["198.18.1.22"]},
+    ]
+    assert inv.mlx_hostfile(hosts, network="thunderbolt") == inv.mlx_hostfile(hosts)
 
 
 def test_mlx_entries_without_an_ip_have_empty_ips():
@@ -731,3 +742,4 @@ def test_every_bad_value_at_once_one_line_each_in_inventory_order():
         "default",
         "mac2: ansible_host '-oProxyCommand=x' is neither an IP address nor a DNS name",
     ]
+

@@ -50,11 +50,12 @@ MAC_INFOS = [info("m1", "/Users/alice"), info("m2", "/Users/alice")]
 
 
 def command(hosts, infos, version, libmpi, mpirun="/usr/bin/mpirun", np=None, run="runs/r",
-            exclude=None):
-    """The full argv the role builds for the mpi backend; the interface as cluster_mpi_interface
-    gives it (bridge0 when the hosts have Thunderbolt addresses)."""
+            exclude=None, interface=None):
+    """The full argv the role builds for the mpi backend; interface: launch_mpi_interface, by
+    default the cluster's (cluster_mpi_interface: bridge0 with Thunderbolt addresses)."""
     np = np or sum(h["slots"] for h in hosts)
-    interface = "bridge0" if any(h["thunderbolt_ip"] for h in hosts) else ""
+    if interface is None:
+        interface = "bridge0" if any(h["thunderbolt_ip"] for h in hosts) else ""
     options = launch.launch_mpi_options(hosts, infos, np, "/w/hostfile", version, libmpi,
                                         interface, exclude=exclude)
     program = launch.launch_rank_program(layout.cluster_layout(infos), run)
@@ -137,6 +138,14 @@ def test_cables_over_the_management_network_keep_open_mpi_off_the_pool():
     assert "btl_tcp_if_exclude" not in alone  # one host: no traffic between hosts
 
 
+def test_the_named_network_carries_both_channels_and_the_hostfile_stays():
+    argv = command(MACS, MAC_INFOS, "5.0.8", "/l.dylib", interface="198.18.1.0/24")
+    joined = " ".join(argv)
+    assert "--prtemca oob_tcp_if_include 198.18.1.0/24" in joined
+    assert "--mca btl_tcp_if_include 198.18.1.0/24" in joined and "bridge0" not in joined
+    assert argv[argv.index("--hostfile") + 1] == "/w/hostfile"  # mpirun logs in as before
+
+
 def test_ring_backend_runs_mlx_launch_with_hosts_json():
     argv = launch.launch_mlx_argv("/Users/a/mlx-cluster/venv/bin/mlx.launch", "/w/hosts.json")
     assert argv == ["/Users/a/mlx-cluster/venv/bin/mlx.launch", "--hostfile", "/w/hosts.json",
@@ -151,7 +160,7 @@ def test_jaccl_backends_run_mlx_launch_with_their_own_hostfile(backend, tmp_path
     inventory = load("roles/cluster/filter_plugins/inventory.py")
     cables = load("roles/cluster/filter_plugins/cables.py")
     topology = load("roles/cluster/filter_plugins/topology.py")
-    hosts = [dict(host(n, address="127.0.0.1"), ip="127.0.0.1") for n in ("a", "b")]
+    hosts = [dict(host(n, address="127.0.0.1"), management_ip="127.0.0.1") for n in ("a", "b")]
     topo = topology.cable_topology(hosts, cables.cable_plan([["a", "en2", "b", "en3"]],
                                                            ["a", "b"], "198.19.0.0/24"))
     hostfile = tmp_path / f"hosts-{backend}.json"
@@ -287,7 +296,7 @@ def test_over_cables_the_ranks_follow_the_ring_as_hosts_json_does():
     # a ring a - c - b - d - a: MLX's ring visits a, c, b, d
     ring = [["a", "en2", "c", "en2"], ["c", "en3", "b", "en2"], ["b", "en3", "d", "en2"],
             ["d", "en3", "a", "en3"]]
-    hosts = [dict(host(n, address=f"198.18.0.{i + 1}"), ip=f"198.18.0.{i + 1}")
+    hosts = [dict(host(n, address=f"198.18.0.{i + 1}"), management_ip=f"198.18.0.{i + 1}")
              for i, n in enumerate(names)]
     topo = topology.cable_topology(hosts, cables.cable_plan(ring, names, "198.19.0.0/24"))
     assert topo["ring"] == ["a", "c", "b", "d"]
@@ -307,7 +316,7 @@ def test_jaccl_refuses_hosts_without_the_rdma_devices_of_their_cables():
     topology = load("roles/cluster/filter_plugins/topology.py")
     names = ["a", "b", "c"]
     mesh = [["a", "en2", "b", "en2"], ["a", "en3", "c", "en2"], ["b", "en3", "c", "en3"]]
-    hosts = [dict(host(n, address=f"198.18.0.{i + 1}"), ip=f"198.18.0.{i + 1}")
+    hosts = [dict(host(n, address=f"198.18.0.{i + 1}"), management_ip=f"198.18.0.{i + 1}")
              for i, n in enumerate(names)]
     topo = topology.cable_topology(hosts, cables.cable_plan(mesh, names, "198.19.0.0/24"))
     hostfile = inventory.mlx_hostfile(hosts, "jaccl", topo)

@@ -22,7 +22,7 @@ FOUR_MACS = {
 }
 
 
-def render(name, hostvars, topology=None):
+def render(name, hostvars, topology=None, **extra):
     """topology: cable_topology's result when roles/cluster/defaults would pass one
     (cluster_mlx_hostfile: cables topology with a ring)."""
     # trim_blocks and keep_trailing_newline are Ansible's template defaults.
@@ -36,7 +36,8 @@ def render(name, hostvars, topology=None):
     env.filters.update(inv.FilterModule().filters())
     hosts = inv.cluster_hosts(hostvars, list(hostvars))
     return env.get_template(name).render(
-        cluster_host_list=hosts, cluster_mlx_hostfile=inv.mlx_hostfile(hosts, "ring", topology))
+        cluster_host_list=hosts, cluster_mlx_hostfile=inv.mlx_hostfile(hosts, "ring", topology),
+        **extra)
 
 
 def test_hostfile_lists_hosts_with_slots_by_thunderbolt_address_in_order():
@@ -65,6 +66,13 @@ def test_hosts_json_one_entry_per_rank():
         {"ssh": "198.19.0.2", "ips": ["198.19.0.2"]},
         {"ssh": "198.19.0.4", "ips": ["198.19.0.4"]},
     ]
+
+
+def test_hosts_json_of_the_management_network_talks_over_ansible_host():
+    data = json.loads(render("hosts.json.j2", FOUR_MACS, hosts_json_network="management"))
+    assert [(e["ssh"], e["ips"]) for e in data["hosts"]] == [
+        ("198.19.0.1", ["198.18.1.21"]), ("198.19.0.1", ["198.18.1.21"]),
+        ("198.19.0.2", ["198.18.1.22"]), ("198.19.0.4", ["198.18.1.24"])]
 
 
 def test_mlx_launch_reads_hosts_json(tmp_path):

@@ -1,7 +1,9 @@
 """All-reduce (sum) time per gradient size, with MLX's mpi or ring backend or mpi4py.
 
 A size is a float32 gradient's bytes; with --dtype bfloat16 (MLX backends) the same gradient
-travels in bfloat16, half the bytes, as train.yml's grad_dtype=bfloat16 sends it.
+travels in bfloat16, half the bytes, as train.yml's grad_dtype=bfloat16 sends it: each round
+casts the float32 gradient to bfloat16 and the sum back, as train's average does every step, so
+that the casts count against the halved bytes.
 
 Start it like training: under mpirun (mpi, mpi4py), or once per host with MLX_RANK and
 MLX_HOSTFILE set (ring). Rank 0 prints one JSON line:
@@ -46,9 +48,12 @@ class Mlx:
 
     def operation(self, nbytes):
         mx = self.mx
-        x = mx.ones((nbytes // 4,), dtype=self.dtype)
+        x = mx.ones((nbytes // 4,), dtype=mx.float32)
         mx.eval(x)
-        return lambda: mx.eval(mx.distributed.all_sum(x, group=self.group))
+        if self.dtype == mx.float32:
+            return lambda: mx.eval(mx.distributed.all_sum(x, group=self.group))
+        return lambda: mx.eval(
+            mx.distributed.all_sum(x.astype(self.dtype), group=self.group).astype(mx.float32))
 
     def from_rank0(self, value):
         mine = self.mx.array(value if self.rank == 0 else 0, dtype=self.mx.int32)

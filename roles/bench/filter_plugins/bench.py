@@ -1,97 +1,17 @@
-"""Jinja filters for bench.yml: networks to compare, message sizes, results table, recommendation.
+"""Jinja filters for bench.yml: message sizes, results table, recommendation (the networks to
+compare are the cluster's: cluster_networks in roles/cluster/filter_plugins/networks.py).
 
 A result is {"network", "interface", "backend", "links", "ranks", "sizes", "seconds"} (or with
 "error" instead of sizes/seconds); an iperf3 link is {"network", "a", "b", "gbps"} (or "error").
 Pure functions, unit-tested in tests/unit/test_bench_filters.py.
 """
 
-import ipaddress
 import itertools
 import json
 
 MLX_BACKENDS = ("mpi", "ring")  # what train.yml can launch; mpi4py is the reference
 # The networks of the Thunderbolt ports: the bridge, or the cables of thunderbolt_topology cables.
 THUNDERBOLT = ("thunderbolt", "cables")
-
-
-def _is_ip(value):
-    try:
-        ipaddress.IPv4Address(str(value))
-    except ValueError:
-        return False
-    return True
-
-
-def _iface_with(facts, address):
-    """(name, network) of the interface in Ansible facts that carries IPv4 `address`."""
-    for name in facts.get("interfaces", []):
-        iface = facts.get(name.replace("-", "_")) or {}
-        ipv4 = iface.get("ipv4") or []
-        for entry in (ipv4 if isinstance(ipv4, list) else [ipv4]) + list(
-            iface.get("ipv4_secondaries") or []
-        ):
-            if isinstance(entry, dict) and entry.get("address") == address:
-                mask = entry.get("netmask") or entry.get("prefix") or "32"
-                return name, ipaddress.IPv4Network(f"{address}/{mask}", strict=False)
-    return None, None
-
-
-def bench_networks(hosts, facts_by_host, thunderbolt_interface, cables=None):
-    """The networks to compare: Thunderbolt (when every host has thunderbolt_ip, or over cables),
-    management.
-
-    hosts: cluster_hosts entries of the ranked hosts; facts_by_host: name -> ansible_facts.
-    Each network: {"label", "interface" (Open MPI if_include: a name, or a CIDR when hosts name
-    it differently), "ips" (per rank)}, and where not every backend or rank order applies,
-    "backends" (those that run on it) and "order" (the hosts in rank order).
-
-    cables (thunderbolt_topology cables): {"topology": cable_topology, "hostfile": the ring
-    hostfile, cluster_mlx_hostfile}. Two hosts cabled: every backend over the cables. More,
-    cabled as a ring: MLX's ring over the cables, its ranks in the ring's order (as train.yml
-    runs it), and Open MPI over the management network (as train.yml's mpi backend runs it).
-    """
-    networks = []
-    if hosts and all(h.get("thunderbolt_ip") for h in hosts):
-        networks.append({"label": "thunderbolt", "interface": thunderbolt_interface,
-                         "ips": [h["thunderbolt_ip"] for h in hosts]})
-    management = {}
-    if cables and len(hosts) > 1:
-        networks += _cable_network(hosts, cables)
-        if networks and networks[-1].get("backends") == ["ring"]:
-            management = {"backends": ["mpi", "mpi4py"]}  # ring runs over the cables
-    ips, names, subnets = [], set(), []
-    for h in hosts:
-        facts = facts_by_host.get(h["name"]) or {}
-        ip = h["ansible_host"] if _is_ip(h["ansible_host"]) else (
-            facts.get("default_ipv4") or {}).get("address")
-        if not ip:
-            raise ValueError(f"{h['name']}: no IPv4 address for ansible_host {h['ansible_host']}"
-                             " — gather facts or use an IP address as ansible_host")
-        name, subnet = _iface_with(facts, ip)
-        ips.append(ip)
-        names.add(name)
-        subnets.append(subnet)
-    if hosts:
-        same_name = len(names) == 1 and None not in names
-        interface = names.pop() if same_name else str(subnets[0] or f"{ips[0]}/32")
-        networks.append({"label": "management", "interface": interface, "ips": ips,
-                         **management})
-    return networks
-
-
-def _cable_network(hosts, cables):
-    """The cables as a network to run all-reduces over ([] when they carry none)."""
-    topology, hostfile = cables["topology"], cables["hostfile"]
-    pool = topology["mpi"].get("include") or topology["mpi"].get("exclude")
-    if topology["mpi"]["over"] == "cables":  # two hosts: a cable's two ends
-        cable = topology["cables"][0]
-        by_host = dict(zip(cable["hosts"], cable["addresses"], strict=True))
-        return [{"label": "cables", "interface": pool, "ips": [by_host[h["name"]] for h in hosts]}]
-    if not topology["backends"]["ring"]:
-        return []
-    # hosts.json over the cables: rank r listens on its cable to rank r-1, in the ring's order.
-    return [{"label": "cables", "interface": pool, "backends": ["ring"],
-             "order": list(topology["ring"]), "ips": [e["ips"][0] for e in hostfile["hosts"]]}]
 
 
 def bench_networks_for(networks, backends):
@@ -290,6 +210,8 @@ def bench_launch_vars(recommendation):
     links = int(recommendation["btl_tcp_links"])
     return {
         "backend": recommendation["backend"],
+        # train.yml's network: the cables are the Thunderbolt network of the cables topology.
+        "network": "thunderbolt" if recommendation["network"] in THUNDERBOLT else "management",
         "mpi_extra_args": ["--mca", "btl_tcp_links", str(links)] if links > 1 else [],
         "grad_bucket_bytes": int(recommendation["bucket_bytes"]),
         "grad_dtype": recommendation.get("grad_dtype", "float32"),
@@ -344,7 +266,6 @@ class FilterModule:
             "bench_launch_vars": bench_launch_vars,
             "bench_markdown": bench_markdown,
             "bench_mpirun_variants": bench_mpirun_variants,
-            "bench_networks": bench_networks,
             "bench_networks_for": bench_networks_for,
             "bench_parse_run": bench_parse_run,
             "bench_recommend": bench_recommend,

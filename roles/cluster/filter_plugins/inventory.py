@@ -41,8 +41,9 @@ def cluster_hosts(hostvars, hosts):
     """One dict per host, in inventory order, with every name the other roles need.
 
     mpi_address is the address Open MPI (and the SSH mesh) uses: thunderbolt_ip when set, else
-    ansible_host. ip is an IP literal for mlx.launch's "ips": the MPI address when it is one, else
-    the host's default IPv4 from its facts (None when facts were not gathered).
+    ansible_host. management_ip is the host's IP literal on the management network, for
+    mlx.launch's "ips" and Open MPI's interface: ansible_host when it is one, else the host's
+    default IPv4 from its facts (None when facts were not gathered).
     """
     result = []
     for name in hosts:
@@ -50,7 +51,6 @@ def cluster_hosts(hostvars, hosts):
         facts = hv.get("ansible_facts") or {}
         ansible_host = str(hv.get("ansible_host") or name)
         thunderbolt_ip = hv.get("thunderbolt_ip") or None
-        mpi_address = str(thunderbolt_ip or ansible_host)
         default_ip = (facts.get("default_ipv4") or {}).get("address")
         result.append(
             {
@@ -59,8 +59,8 @@ def cluster_hosts(hostvars, hosts):
                 "user": hv.get("ansible_user") or facts.get("user_id"),
                 "thunderbolt_ip": thunderbolt_ip,
                 "slots": _slots(hv),
-                "mpi_address": mpi_address,
-                "ip": mpi_address if _is_ip(mpi_address) else default_ip,
+                "mpi_address": str(thunderbolt_ip or ansible_host),
+                "management_ip": ansible_host if _is_ip(ansible_host) else default_ip,
                 "hostname": facts.get("hostname"),
             }
         )
@@ -77,11 +77,14 @@ def prefix_to_netmask(prefix):
     return str(ipaddress.IPv4Network(f"0.0.0.0/{int(prefix)}").netmask)
 
 
-def mlx_hostfile(hosts, backend="ring", topology=None):
+def mlx_hostfile(hosts, backend="ring", topology=None, network=None):
     """mlx.launch's JSON hostfile in MLX's own format: {"backend", "envs", "hosts"}, with one
     {"ssh", "ips"} host entry per rank, so `mlx.launch --hostfile hosts.json -- ...` starts the
     job train.yml would start (-e backend=ring) without another flag.
 
+    network: management for the hosts' management_ip (train.yml's -e network=management);
+    default their Thunderbolt address (thunderbolt_ip, or over cables as below), else
+    management_ip. mlx.launch still logs in to each host's mpi_address.
     mlx.launch has no slots field; like its own --repeat-hosts it repeats a host once per rank
     (the mpi backend counts the repeats into slots, the ring backend gives each its own port).
     With a single host every rank runs where mlx.launch runs, and mlx.launch starts ranks
@@ -95,9 +98,11 @@ def mlx_hostfile(hosts, backend="ring", topology=None):
     ranked = [h for h in hosts if h["slots"] > 0]
     if len(ranked) == 1:
         entries = [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * ranked[0]["slots"]
-    elif topology is None or backend not in topology["backends"]:
-        entries = [{"ssh": h["mpi_address"], "ips": [h["ip"]] if h["ip"] else []}
-                   for h in ranked for _ in range(h["slots"])]
+    elif network == "management" or topology is None or backend not in topology["backends"]:
+        ips = [h["management_ip"] if network == "management"
+               else h["thunderbolt_ip"] or h["management_ip"] for h in ranked]
+        entries = [{"ssh": h["mpi_address"], "ips": [ip] if ip else []}
+                   for h, ip in zip(ranked, ips, strict=True) for _ in range(h["slots"])]
     else:
         entries = _cable_entries(ranked, backend, topology)
     return {"backend": backend, "envs": [], "hosts": entries}
@@ -132,11 +137,12 @@ def _cable_entries(ranked, backend, topology):
             entries.append({"ssh": host["mpi_address"],
                             "ips": [address for _, address in ends[name, left][:width]]})
             continue
-        if rank == 0 and not host["ip"]:
+        if rank == 0 and not host["management_ip"]:
             raise ValueError(f"{name}: no IP address for the {backend} coordinator (rank 0) — "
                              "set ansible_host to its IP address, or gather facts")
         peers = order if backend == "jaccl" else (left, right)
-        entries.append({"ssh": host["mpi_address"], "ips": [host["ip"]] if host["ip"] else [],
+        ips = [host["management_ip"]] if host["management_ip"] else []
+        entries.append({"ssh": host["mpi_address"], "ips": ips,
                         "rdma": [devices(name, peer) if peer != name and peer in peers else None
                                  for peer in order]})
     return entries

@@ -19,8 +19,9 @@ BACKENDS = ("mpi", "ring", "jaccl", "jaccl-ring")
 # Backends mlx.launch starts (with a hosts.json): one rank per slot of the hostfile, no mpirun.
 MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")
 # Options of the launch itself; every other request option is a `python -m train` flag.
-LAUNCHER_OPTIONS = ("run_name", "np", "backend", "mpi_extra_args", "time_limit", "stall_timeout",
-                    "max_restarts", "follow_reconnect", "elastic", "attach", "stop", "status")
+LAUNCHER_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "time_limit",
+                    "stall_timeout", "max_restarts", "follow_reconnect", "elastic", "attach",
+                    "stop", "status")
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
@@ -382,11 +383,11 @@ def launch_mpi_options(hosts, infos, np, hostfile, version, libmpi, interface, e
                        exclude=None):
     """Keyword arguments for mpi.py's mpirun_argv.
 
-    interface, exclude: where Open MPI's traffic goes (cluster_mpi_interface and
-    cluster_mpi_exclude: the Thunderbolt interface, or over cables the pool or anything but it);
-    they apply only when ranks talk across hosts. --allow-run-as-root only when a host logs in
-    as root; MLX_MPI_LIBNAME travels with -x because macOS SIP strips DYLD_* variables through
-    /bin/sh.
+    interface, exclude: where Open MPI's traffic goes (the job's network: cluster_mpi_interface
+    and cluster_mpi_exclude, i.e. the Thunderbolt interface, or over cables the pool or anything
+    but it; or the management network's interface); they apply only when ranks talk across
+    hosts. --allow-run-as-root only when a host logs in as root; MLX_MPI_LIBNAME travels with -x
+    because macOS SIP strips DYLD_* variables through /bin/sh.
     """
     across = len([h for h in hosts if h["slots"] > 0]) > 1
     return {
