@@ -11,7 +11,7 @@ without `-e @recommended.yml`. mlp at width 4096 has a 65 MiB gradient, so that 
 average is a large part of a step, as it is for a real model on real Macs. Per run: the job's
 samples/s over its steps, its wall time (both from summary.json) and train.yml's wall time; best
 and median over rounds, and the median of the per-round ratios.
-Writes benchmarks/results/recommended.md (recommended-cpus<N>.md with --cpus).
+Writes benchmarks/results/recommended.md (named by the shapes and --cpus when given).
 """
 
 import argparse
@@ -169,8 +169,15 @@ def main():
                   "Macs do not share cores.", ""]
     for shape in shapes:
         lines += one_shape(shape, args)
-    write_results(RESULTS.with_name(f"recommended-cpus{args.cpus}.md") if args.cpus else RESULTS,
-                  lines)
+    write_results(results_path(shapes, args.cpus), lines)
+
+
+def results_path(shapes, cpus=None):
+    """recommended.md for the default shapes; else named by the shapes (and the CPU cap)."""
+    name = "recommended"
+    if shapes != SHAPES:
+        name += "-" + "_".join(s.replace("=", "-").replace(",", "_") for s in shapes)
+    return RESULTS.with_name(f"{name}{f'-cpus{cpus}' if cpus else ''}.md")
 
 
 if __name__ == "__main__":
