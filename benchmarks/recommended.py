@@ -5,12 +5,13 @@
 
 For each --shape (default: the issue's bridge0=10gbit,en0=1gbit, and the other way round), a
 3-host virtual cluster (one rank each) is shaped with tc tbf and set up with setup.yml; bench.yml
-runs with its defaults and writes recommended.yml; then, in alternating order, rounds of
-`ansible-playbook train.yml -e model=mlp -e width=W -e steps=N -e batch_size=48` run with and
-without `-e @recommended.yml`. mlp at width 4096 has a 65 MiB gradient, so that the gradients'
-average is a large part of a step, as it is for a real model on real Macs. Per run: the job's
-samples/s over its steps, its wall time (both from summary.json) and train.yml's wall time; best
-and median over rounds, and the median of the per-round ratios.
+runs with its defaults (its training trial included) and writes recommended.yml; then, in
+alternating order, rounds of `ansible-playbook train.yml -e model=mlp -e width=W -e steps=N
+-e batch_size=48` run with and without `-e @recommended.yml`. mlp at width 4096 has a 65 MiB
+gradient, so that the gradients' average is a large part of a step, as it is for a real model
+on real Macs. Per run: the job's samples/s over its steps, its wall time (both from
+summary.json) and train.yml's wall time; best and median over rounds, and the median of the
+per-round ratios.
 Writes benchmarks/results/recommended.md (named by the shapes and --cpus when given).
 """
 
@@ -42,7 +43,8 @@ def machine_load():
 
 
 def bench(vc, workdir):
-    """recommended.yml and the recommendation's reason, from bench.yml with its defaults."""
+    """recommended.yml and bench.yml's reason for it (its training trial's advice), from
+    bench.yml with its defaults."""
     results_dir = workdir / "bench-results"
     run = run_playbook("bench.yml", vc.inventory, workdir / "bench",
                        extravars={"bench_results_dir": str(results_dir)})
@@ -50,7 +52,7 @@ def bench(vc, workdir):
         raise SystemExit(f"bench.yml failed:\n{run.stdout[-4000:]}")
     [recommended] = results_dir.glob("*/recommended.yml")
     results = json.loads((recommended.parent / "results.json").read_text())
-    return recommended, results["recommendation"]
+    return recommended, results["advice"]
 
 
 def train(vc, workdir, run, args, recommended=None):

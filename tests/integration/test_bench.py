@@ -1,8 +1,9 @@
 """bench.yml on a 2-host virtual cluster whose Thunderbolt link is shaped to 10 Gbit/s and the
 management link to 1 Gbit/s: the saved results show Thunderbolt faster, for iperf3 and for
 every all-reduce backend and wire dtype, and recommend it; on the slow link a gradient sent as
-bfloat16 is faster than as float32. train.yml then runs with the recommended.yml it wrote and
-applies every key of it."""
+bfloat16 is faster than as float32. The training trial trains with train.yml's defaults and each
+backend's best configuration, and recommended.yml is what it measured. train.yml then applies
+every key of a candidate's settings."""
 
 import json
 from pathlib import Path
@@ -18,7 +19,9 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 MiB = 1 << 20
 # A short sweep: the machine has two cores. 4 MiB is ~34 ms on a 1 Gbit/s link.
 BENCH_VARS = {"bench_min_bytes": 65536, "bench_max_bytes": 4 * MiB, "bench_size_factor": 8,
-              "bench_seconds_per_size": 0.2, "bench_iperf3_seconds": 1, "bench_timeout": 300}
+              "bench_seconds_per_size": 0.2, "bench_iperf3_seconds": 1, "bench_timeout": 300,
+              "bench_trial_width": 512, "bench_trial_steps": 5}
+TRIAL_ROUNDS = 2  # bench_trial_rounds' default
 
 
 def test_bench_shows_thunderbolt_faster_than_management(vcluster, tmp_path):
@@ -55,9 +58,34 @@ def test_bench_shows_thunderbolt_faster_than_management(vcluster, tmp_path):
     assert "| thunderbolt |" in table and "network: **thunderbolt**" in table
     assert Path(run_dir, "allreduce.png").read_bytes()[:4] == b"\x89PNG"
 
-    # recommended.yml keeps bridge0 (en0 is 1 Gbit/s) and train.yml applies every key of it.
-    path = Path(run_dir, "recommended.yml")
-    rec = yaml.safe_load(path.read_text())
+    # The trial: train.yml's defaults and each MLX backend's best configuration, every round.
+    candidates = results["candidates"]
+    assert [(c["backend"], c["vars"] == {}) for c in candidates] == [
+        ("mpi", True), ("mpi", False), ("ring", False)], candidates
+    assert {c["label"] for c in candidates} == {"thunderbolt"}
+    trials = results["trials"]
+    assert sorted((t["index"], t["round"]) for t in trials) == [
+        (i, r) for i in range(3) for r in range(TRIAL_ROUNDS)], trials
+    assert all(t["samples_per_s"] > 0 and 0 < t["comm_time_share"] < 1 for t in trials), trials
+    # recommended.yml is a candidate that beat the defaults in every round, or the defaults ({}).
+    speeds = {i: sorted(t["samples_per_s"] for t in trials if t["index"] == i) for i in range(3)}
+    rec = yaml.safe_load(Path(run_dir, "recommended.yml").read_text())
+    assert rec == results["advice"]["vars"], (rec, results["advice"])
+    if rec:
+        [i] = [i for i, c in enumerate(candidates) if c["vars"] == rec]
+        assert speeds[i][0] > speeds[0][-1], speeds
+    else:
+        assert "changes nothing" in results["advice"]["why"], results["advice"]
+    assert "## Training trial" in table and f"recommended.yml: **{results['advice']['name']}**" \
+        in table
+    for host in vc.hosts:  # every trial's files (a checkpoint each) are gone again
+        left = vc.run(host, "find mlx-cluster/bench -path '*/trial/*'", user=host.user).stdout
+        assert left == "", (host.name, left)
+
+    # train.yml applies every key of a backend's settings as recommended.yml would carry them.
+    rec = candidates[1 if results["recommendation"]["backend"] == "mpi" else 2]["vars"]
+    path = tmp_path / "advised.yml"
+    path.write_text(yaml.safe_dump(rec))
     assert sorted(rec) == ["backend", "grad_bucket_bytes", "grad_dtype", "mpi_extra_args",
                            "network"], rec
     assert rec["network"] == "thunderbolt" and rec["backend"] in ("mpi", "ring"), rec

@@ -222,7 +222,8 @@ def test_mpi_trains_over_the_management_network_off_the_pool(cables_cluster, tmp
 # A short sweep: the machine has two cores.
 BENCH_VARS = {"bench_min_bytes": 65536, "bench_max_bytes": 1 << 20, "bench_size_factor": 16,
               "bench_seconds_per_size": 0.2, "bench_iperf3_seconds": 1, "bench_timeout": 300,
-              "bench_tcp_links": [], "bench_grad_dtypes": ["float32"]}
+              "bench_tcp_links": [], "bench_grad_dtypes": ["float32"],
+              "bench_trial_width": 256, "bench_trial_steps": 3, "bench_trial_rounds": 1}
 
 
 def test_bench_compares_the_cables_with_the_management_network(cables_cluster, tmp_path):
@@ -245,3 +246,9 @@ def test_bench_compares_the_cables_with_the_management_network(cables_cluster, t
     assert runs[("ring", "cables")]["ranks"] == 3
     assert results["recommendation"]["backend"] in ("ring", "mpi")
     assert "| cables |" in Path(run_dir, "results.md").read_text()
+    # The training trial trains as train.yml would: the defaults (Open MPI off the cables),
+    # Open MPI's best and the ring over the cables, its ranks in the ring's order.
+    assert [(c["backend"], c["label"], c["vars"].get("network")) for c in results["candidates"]] \
+        == [("mpi", "management", None), ("mpi", "management", "management"),
+            ("ring", "cables", "thunderbolt")], results["candidates"]
+    assert [t.get("error") for t in results["trials"]] == [None] * 3, results["trials"]

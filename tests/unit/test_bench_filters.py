@@ -1,5 +1,6 @@
 """roles/bench/filter_plugins/bench.py: sizes, parsing, table and recommendation."""
 
+import base64
 import json
 
 import pytest
@@ -151,3 +152,72 @@ def test_markdown_has_links_sizes_failures_and_verdict():
     assert "| MLX mpi links=4 @ thunderbolt (bridge0) | 2 | 0.100 / 0.100, 0.33 |" in md
     assert "MLX ring @ management (en0) | - | failed: hung" in md
     assert "backend: **mpi**, network: **thunderbolt**" in md
+
+
+NETWORKS = [{"label": "thunderbolt", "interface": "bridge0", "ips": ["a", "b"]},
+            {"label": "management", "interface": "en0", "ips": ["c", "d"]}]
+
+
+def test_candidates_are_the_defaults_and_each_backends_best():
+    candidates = bench.bench_candidates(RESULTS, NETWORKS, "thunderbolt", "mpi")
+    assert [(c["name"], c["label"], c["backend"]) for c in candidates] == [
+        ("train.yml's defaults (mpi @ thunderbolt)", "thunderbolt", "mpi"),
+        ("mpi @ thunderbolt links=4, 1 MiB buckets, float32", "thunderbolt", "mpi"),
+        ("ring @ thunderbolt, 16 MiB buckets, float32", "thunderbolt", "ring")]
+    defaults, mpi, _ = candidates
+    assert (defaults["vars"], defaults["train_args"], defaults["mpi_extra_args"]) == ({}, [], [])
+    assert mpi["vars"] == bench.bench_launch_vars(bench.bench_recommend(RESULTS))
+    assert mpi["train_args"] == ["--grad-bucket-bytes", str(MiB), "--grad-dtype", "float32"]
+    assert mpi["mpi_extra_args"] == ["--mca", "btl_tcp_links", "4"]
+    # Without Thunderbolt train.yml's mpi runs over the management network; over a ring of
+    # cables too (Open MPI is kept off the cables there).
+    cabled = [{"label": "cables", "interface": "10.0.0.0/24", "backends": ["ring"]},
+              {"label": "management", "interface": "en0", "backends": ["mpi", "mpi4py"]}]
+    for networks, default in ((NETWORKS[1:], "management"), (cabled, "thunderbolt")):
+        [defaults] = bench.bench_candidates([], networks, default, "mpi")
+        assert defaults["label"] == "management", defaults
+
+
+def trials(speeds):
+    """Trials from {candidate index: [samples/s per round or an error]}."""
+    return [{"index": i, "round": r, **({"samples_per_s": s, "comm_time_share": 0.3}
+                                         if isinstance(s, float) else {"error": s})}
+            for i, rounds in speeds.items() for r, s in enumerate(rounds)]
+
+
+def test_advice_takes_what_trained_faster_than_the_defaults_in_every_round():
+    candidates = bench.bench_candidates(RESULTS, NETWORKS, "thunderbolt", "mpi")
+    # ring has the higher median, but its slowest round was no faster than the defaults' fastest.
+    advice = bench.bench_advice(candidates, trials({0: [20.0, 21.0], 1: [25.0, 24.0],
+                                                    2: [20.5, 29.0]}))
+    assert advice["vars"] == candidates[1]["vars"], advice
+    assert "24.5 samples/s" in advice["why"] and "their fastest round 21.0" in advice["why"]
+    # Faster by the median but not in every round: noise, the defaults stay.
+    advice = bench.bench_advice(candidates, trials({0: [20.0, 23.0], 1: [22.0, 25.0]}))
+    assert advice["vars"] == {} and "changes nothing" in advice["why"], advice
+    # A candidate with a failed round is out; the defaults' failure is said.
+    advice = bench.bench_advice(candidates, trials({0: ["hung"], 1: [25.0], 2: ["x", 40.0]}))
+    assert advice["vars"] == candidates[1]["vars"] and "did not finish" in advice["why"]
+    assert bench.bench_advice(candidates, trials({0: ["hung"]})) == {}
+
+
+def test_trial_runs_alternate_and_results_read_rank_0s_summary():
+    runs = bench.bench_trial_runs([{"name": "a"}, {"name": "b"}], 3)
+    assert [(r["round"], r["name"]) for r in runs] == [
+        (0, "a"), (0, "b"), (1, "b"), (1, "a"), (2, "a"), (2, "b")]
+    summary = {"content": base64.b64encode(b'{"samples_per_s": 9.5, "comm_time_share": 0.4}')}
+    assert bench.bench_trial_result(runs[2], summary, []) == {
+        "index": 1, "round": 1, "samples_per_s": 9.5, "comm_time_share": 0.4}
+    failed = bench.bench_trial_result(runs[0], {"failed": True}, [
+        read({"rc": 0}), read({"rc": 1, "stderr": "ValueError: bad width"})])
+    assert failed == {"index": 0, "round": 0, "error": "ValueError: bad width"}
+
+
+def test_markdown_shows_the_trial_and_its_verdict():
+    candidates = bench.bench_candidates(RESULTS, NETWORKS, "thunderbolt", "mpi")
+    done = trials({0: [20.0, 21.0], 1: [25.0, 24.0], 2: ["hung, stopped at the time bound"]})
+    md = bench.bench_markdown(RESULTS, [], bench.bench_recommend(RESULTS), candidates, done,
+                              bench.bench_advice(candidates, done))
+    assert "| train.yml's defaults (mpi @ thunderbolt) | 20.0, 21.0 | 20.5 | 30% |" in md
+    assert "| ring @ thunderbolt, 16 MiB buckets, float32 |  failed: hung" in md
+    assert "recommended.yml: **mpi @ thunderbolt links=4, 1 MiB buckets, float32**" in md

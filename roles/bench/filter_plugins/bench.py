@@ -2,12 +2,15 @@
 compare are the cluster's: cluster_networks in roles/cluster/filter_plugins/networks.py).
 
 A result is {"network", "interface", "backend", "links", "ranks", "sizes", "seconds"} (or with
-"error" instead of sizes/seconds); an iperf3 link is {"network", "a", "b", "gbps"} (or "error").
+"error" instead of sizes/seconds); an iperf3 link is {"network", "a", "b", "gbps"} (or "error");
+a trial is {"index" (its candidate's), "round", "samples_per_s", "comm_time_share"} (or "error").
 Pure functions, unit-tested in tests/unit/test_bench_filters.py.
 """
 
+import base64
 import itertools
 import json
+import statistics
 
 MLX_BACKENDS = ("mpi", "ring")  # what train.yml can launch; mpi4py is the reference
 # The networks of the Thunderbolt ports: the bridge, or the cables of thunderbolt_topology cables.
@@ -218,7 +221,128 @@ def bench_launch_vars(recommendation):
     }
 
 
-def bench_markdown(results, links, recommendation):
+def _candidate_name(backend, label, launch_vars):
+    links = launch_vars["mpi_extra_args"][-1] if launch_vars["mpi_extra_args"] else ""
+    return (f"{backend} @ {label}{f' links={links}' if links else ''}, "
+            f"{_size(launch_vars['grad_bucket_bytes'])} buckets, {launch_vars['grad_dtype']}")
+
+
+def bench_candidates(results, networks, default_network, default_backend):
+    """What the training trial compares: train.yml's defaults (no options: default_backend over
+    default_network, as train.yml runs it) and, per MLX backend, what bench_recommend picks from
+    that backend's all-reduces alone.
+
+    Each: {"name", "label" (the bench network it runs over), "backend", "mpi_extra_args",
+    "vars" (train.yml's -e options for recommended.yml; {} for the defaults), "train_args"
+    (the matching python -m train flags)}."""
+    over = bench_networks_for(networks, [default_backend])
+    wanted = THUNDERBOLT if default_network == "thunderbolt" else ("management",)
+    # Over a ring of cables Open MPI runs over the management network (cluster_networks).
+    home = next((n for n in over if n["label"] in wanted), None) or next(
+        (n for n in over if n["label"] == "management"), None)
+    candidates = []
+    if home:
+        candidates.append({"name": f"train.yml's defaults ({default_backend} @ {home['label']})",
+                           "label": home["label"], "backend": default_backend,
+                           "mpi_extra_args": [], "vars": {}, "train_args": []})
+    for backend in MLX_BACKENDS:
+        recommendation = bench_recommend([r for r in results if r["backend"] == backend])
+        if not recommendation:
+            continue
+        launch = bench_launch_vars(recommendation)
+        candidates.append({
+            "name": _candidate_name(backend, recommendation["network"], launch),
+            "label": recommendation["network"], "backend": backend,
+            "mpi_extra_args": launch["mpi_extra_args"], "vars": launch,
+            "train_args": ["--grad-bucket-bytes", str(launch["grad_bucket_bytes"]),
+                           "--grad-dtype", launch["grad_dtype"]]})
+    return candidates
+
+
+def bench_trial_runs(candidates, rounds):
+    """Every candidate once per round, in reverse order every other round (a machine that
+    slows down during the trial then slows every candidate alike)."""
+    runs = []
+    for round_ in range(int(rounds)):
+        order = list(enumerate(candidates))
+        for index, candidate in order if round_ % 2 == 0 else reversed(order):
+            runs.append({**candidate, "index": index, "round": round_})
+    return runs
+
+
+def bench_trial_result(run, summary, results):
+    """One trial from rank 0's slurped summary.json, or why it failed from the ranks' command
+    results (read through command_result)."""
+    entry = {"index": run["index"], "round": run["round"]}
+    if summary.get("content"):
+        data = json.loads(base64.b64decode(summary["content"]))
+        return {**entry, "samples_per_s": data["samples_per_s"],
+                "comm_time_share": data["comm_time_share"]}
+    failed = [r for r in results if r and r.get("rc") not in (0, None)] or [
+        r for r in results if r][:1]
+    return {**entry, "error": _why(failed[0]) if failed else "no summary.json written"}
+
+
+def bench_advice(candidates, trials):
+    """recommended.yml from the training trial: of the candidates whose slowest round beat the
+    fastest round of train.yml's defaults, the one with the most samples/s (median over its
+    rounds); else the defaults themselves ({}: nothing to change). A candidate with a failed
+    round is out. Returns {"vars", "name", "why"}, or {} when no trial finished."""
+    speeds = {}
+    for trial in trials:
+        speeds.setdefault(trial["index"], []).append(trial.get("samples_per_s"))
+    done = {i: sorted(s) for i, s in speeds.items() if None not in s}
+    if not done:
+        return {}
+
+    def median(i):
+        return statistics.median(done[i])
+
+    defaults = next((i for i, c in enumerate(candidates) if not c["vars"]), None)
+    if defaults not in done:
+        best = max(done, key=median)
+        return {"vars": candidates[best]["vars"], "name": candidates[best]["name"],
+                "why": f"{candidates[best]['name']} trained fastest ({median(best):.1f} "
+                       "samples/s, median); train.yml's defaults did not finish their trial"}
+    base = done[defaults]
+    clearly = [i for i in done if i != defaults and done[i][0] > base[-1]]
+    if clearly:
+        best = max(clearly, key=median)
+        return {"vars": candidates[best]["vars"], "name": candidates[best]["name"],
+                "why": f"{candidates[best]['name']} trained at {median(best):.1f} samples/s "
+                       f"(median; its slowest round {done[best][0]:.1f}) against "
+                       f"{median(defaults):.1f} with train.yml's defaults (their fastest round "
+                       f"{base[-1]:.1f})"}
+    best = max(done, key=median)
+    return {"vars": {}, "name": candidates[defaults]["name"],
+            "why": f"nothing trained faster than train.yml's defaults in every round "
+                   f"({median(defaults):.1f} samples/s, median; the fastest other: "
+                   f"{candidates[best]['name']}, {median(best):.1f}), so recommended.yml "
+                   "changes nothing"}
+
+
+def _trial_markdown(candidates, trials, advice):
+    lines = ["", "## Training trial: the same short job with each configuration", "",
+             "| configuration | samples/s per round | median | share of a step averaging |",
+             "|---|---|---:|---:|"]
+    for index, candidate in enumerate(candidates):
+        own = [t for t in trials if t["index"] == index]
+        speeds = [t["samples_per_s"] for t in own if "samples_per_s" in t]
+        errors = [t["error"] for t in own if "error" in t]
+        rounds = ", ".join(f"{s:.1f}" for s in speeds) + (f" failed: {errors[0]}" if errors
+                                                          else "")
+        share = statistics.median(t["comm_time_share"] for t in own if "comm_time_share" in t) \
+            if speeds else None
+        lines.append(f"| {candidate['name']} | {rounds} | "
+                     f"{f'{statistics.median(speeds):.1f}' if speeds else '-'} | "
+                     f"{f'{share:.0%}' if share is not None else '-'} |")
+    lines += ["", f"recommended.yml: **{advice['name']}**" if advice else
+              "recommended.yml: none (no trial finished)",
+              *([f"- why: {advice['why']}"] if advice else [])]
+    return lines
+
+
+def bench_markdown(results, links, recommendation, candidates=None, trials=None, advice=None):
     """The saved report: iperf3 per link, all-reduce per size and configuration, the verdict."""
     lines = ["## Raw TCP per link (iperf3)", "", "| network | link | Gbit/s |", "|---|---|---|"]
     for link in links:
@@ -241,7 +365,7 @@ def bench_markdown(results, links, recommendation):
     for r in results:
         if r.get("error"):
             lines.append(f"| {_config(r)} | - | failed: {r['error']} |")
-    lines += ["", "## Recommendation", ""]
+    lines += ["", "## Recommendation from the all-reduces", ""]
     if recommendation:
         lines += [
             f"- backend: **{recommendation['backend']}**, network: **{recommendation['network']}**"
@@ -253,13 +377,17 @@ def bench_markdown(results, links, recommendation):
         ]
     else:
         lines.append("- none: no MLX all-reduce finished (see the failed rows)")
+    if candidates:
+        lines += _trial_markdown(candidates, trials or [], advice)
     return "\n".join(lines) + "\n"
 
 
 class FilterModule:
     def filters(self):
         return {
+            "bench_advice": bench_advice,
             "bench_busbw_gbps": bench_busbw_gbps,
+            "bench_candidates": bench_candidates,
             "bench_hostfile_hosts": bench_hostfile_hosts,
             "bench_iperf3_gbps": bench_iperf3_gbps,
             "bench_iperf3_pairs": bench_iperf3_pairs,
@@ -271,4 +399,6 @@ class FilterModule:
             "bench_recommend": bench_recommend,
             "bench_ring_hostfile": bench_ring_hostfile,
             "bench_sizes": bench_sizes,
+            "bench_trial_result": bench_trial_result,
+            "bench_trial_runs": bench_trial_runs,
         }
