@@ -193,8 +193,11 @@ def test_advice_takes_what_trained_faster_than_the_defaults_in_every_round():
     assert advice["vars"] == candidates[1]["vars"], advice
     assert "24.5 samples/s" in advice["why"] and "their fastest round 21.0" in advice["why"]
     # Faster by the median but not in every round: noise, the defaults stay.
-    advice = bench.bench_advice(candidates, trials({0: [20.0, 23.0], 1: [22.0, 25.0]}))
+    advice = bench.bench_advice(candidates, trials({0: [20.0, 23.0], 1: [22.0, 25.0],
+                                                    2: [10.0, 12.0]}))
     assert advice["vars"] == {} and "changes nothing" in advice["why"], advice
+    assert "(21.5 samples/s, median; mpi @ thunderbolt links=4, 1 MiB buckets, float32: 23.5; " \
+           "ring @ thunderbolt, 16 MiB buckets, float32: 11.0)" in advice["why"], advice
     # A candidate with a failed round is out; the defaults' failure is said.
     advice = bench.bench_advice(candidates, trials({0: ["hung"], 1: [25.0], 2: ["x", 40.0]}))
     assert advice["vars"] == candidates[1]["vars"] and "did not finish" in advice["why"]

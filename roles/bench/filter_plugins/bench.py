@@ -313,12 +313,12 @@ def bench_advice(candidates, trials):
                        f"(median; its slowest round {done[best][0]:.1f}) against "
                        f"{median(defaults):.1f} with train.yml's defaults (their fastest round "
                        f"{base[-1]:.1f})"}
-    best = max(done, key=median)
+    others = "; ".join(f"{candidates[i]['name']}: {median(i):.1f}"
+                       for i in sorted(done, key=median, reverse=True) if i != defaults)
     return {"vars": {}, "name": candidates[defaults]["name"],
             "why": f"nothing trained faster than train.yml's defaults in every round "
-                   f"({median(defaults):.1f} samples/s, median; the fastest other: "
-                   f"{candidates[best]['name']}, {median(best):.1f}), so recommended.yml "
-                   "changes nothing"}
+                   f"({median(defaults):.1f} samples/s, median; {others or 'no other finished'}"
+                   "), so recommended.yml changes nothing"}
 
 
 def _trial_markdown(candidates, trials, advice):
