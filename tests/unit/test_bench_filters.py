@@ -171,7 +171,7 @@ def test_candidates_are_the_defaults_and_each_backends_best():
     assert mpi["mpi_extra_args"] == ["--mca", "btl_tcp_links", "4"]
     # Without Thunderbolt train.yml's mpi runs over the management network; over a ring of
     # cables too (Open MPI is kept off the cables there).
-    cabled = [{"label": "cables", "interface": "10.0.0.0/24", "backends": ["ring"]},
+    cabled = [{"label": "cables", "interface": "198.18.64.0/24", "backends": ["ring"]},
               {"label": "management", "interface": "en0", "backends": ["mpi", "mpi4py"]}]
     for networks, default in ((NETWORKS[1:], "management"), (cabled, "thunderbolt")):
         [defaults] = bench.bench_candidates([], networks, default, "mpi")
