@@ -2,8 +2,10 @@
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.unit.plugins import load
 
@@ -224,3 +226,10 @@ def test_markdown_shows_the_trial_and_its_verdict():
     assert "| train.yml's defaults (mpi @ thunderbolt) | 20.0, 21.0 | 20.5 | 30% |" in md
     assert "| ring @ thunderbolt, 16 MiB buckets, float32 |  failed: hung" in md
     assert "recommended.yml: **mpi @ thunderbolt links=4, 1 MiB buckets, float32**" in md
+
+
+def test_the_trials_train_options_are_train_ymls():
+    """recommended.yml's options the trial passes to python -m train are train.yml's own."""
+    table = Path(__file__).parents[2] / "roles/launch/meta/argument_specs.yml"
+    spec = yaml.safe_load(table.read_text())
+    assert set(bench.TRAIN_OPTIONS) <= set(spec["argument_specs"]["request"]["options"])

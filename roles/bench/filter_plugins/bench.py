@@ -221,10 +221,16 @@ def bench_launch_vars(recommendation):
     }
 
 
-def _candidate_name(backend, label, launch_vars):
-    links = launch_vars["mpi_extra_args"][-1] if launch_vars["mpi_extra_args"] else ""
-    return (f"{backend} @ {label}{f' links={links}' if links else ''}, "
+def _candidate_name(recommendation, launch_vars):
+    links = int(recommendation["btl_tcp_links"])
+    return (f"{recommendation['backend']} @ {recommendation['network']}"
+            f"{f' links={links}' if links > 1 else ''}, "
             f"{_size(launch_vars['grad_bucket_bytes'])} buckets, {launch_vars['grad_dtype']}")
+
+
+# recommended.yml's options that python -m train takes, as the flags of the same name (train.yml
+# passes them the same way: batch_size -> --batch-size).
+TRAIN_OPTIONS = ("grad_bucket_bytes", "grad_dtype")
 
 
 def bench_candidates(results, networks, default_network, default_backend):
@@ -251,11 +257,11 @@ def bench_candidates(results, networks, default_network, default_backend):
             continue
         launch = bench_launch_vars(recommendation)
         candidates.append({
-            "name": _candidate_name(backend, recommendation["network"], launch),
+            "name": _candidate_name(recommendation, launch),
             "label": recommendation["network"], "backend": backend,
             "mpi_extra_args": launch["mpi_extra_args"], "vars": launch,
-            "train_args": ["--grad-bucket-bytes", str(launch["grad_bucket_bytes"]),
-                           "--grad-dtype", launch["grad_dtype"]]})
+            "train_args": [arg for key in TRAIN_OPTIONS
+                           for arg in ("--" + key.replace("_", "-"), str(launch[key]))]})
     return candidates
 
 
