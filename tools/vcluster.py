@@ -848,13 +848,36 @@ class VirtualCluster:
         """Unplug a cable: both its ports lose their carrier, their own settings stay."""
         self._set_wire(self.cable(cable), "down")
 
-    def cable_up(self, cable: Cable | int) -> None:
-        """Plug a cable back in."""
-        self._set_wire(self.cable(cable), "up")
+    def cable_up(self, cable: Cable | int, timeout: float = 10) -> None:
+        """Plug a cable back in; return once frames cross it.
+
+        The kernel turns a regained carrier into a working link asynchronously (its link watch,
+        rate-limited to about once a second, starts the ports' queues and the wire's forwarding):
+        until then the ports show LOWER_UP yet drop what they send."""
+        cable = self.cable(cable)
+        self._set_wire(cable, "up")
+        wire = [(self.switch_netns, f"c{cable.index}{side}") for side in "ab"]
+        ports = [(self.host(host).netns, port) for host, port in cable.ends]
+        deadline = time.monotonic() + timeout
+        while not (all(self._operstate(*end) == "UP" for end in wire + ports)
+                   and all(self._bridge_port_state(*end) == "forwarding" for end in wire)):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"cable {cable.index} not up after {timeout:.0f}s")
+            time.sleep(0.05)
 
     def _set_wire(self, cable: Cable, state: str) -> None:
         for side in "ab":
             sh(["ip", "-n", self.switch_netns, "link", "set", f"c{cable.index}{side}", state])
+
+    @staticmethod
+    def _operstate(netns: str, ifname: str) -> str:
+        return json.loads(sh(["ip", "-n", netns, "-j", "link", "show", ifname]).stdout)[0][
+            "operstate"]
+
+    @staticmethod
+    def _bridge_port_state(netns: str, ifname: str) -> str:
+        return json.loads(sh(["bridge", "-n", netns, "-j", "link", "show", "dev", ifname]).stdout)[
+            0]["state"]
 
     def iface_bytes(self, host: Host | str | int, ifname: str) -> tuple[int, int]:
         """(rx_bytes, tx_bytes) of an interface inside the host, from its /sys/class/net."""
