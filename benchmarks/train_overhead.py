@@ -24,7 +24,7 @@ PHASES = [
     ("check the request (controller)", "Check the request"),
     ("gather facts (when not cached)", "Gather the facts"),
     ("preflight", "launch : Validating arguments against arg spec 'main'"),
-    ("start the job", "launch : Copy the data and the model"),
+    ("start the job", "launch : Prepare the run"),
     ("follow (the job runs)", "launch : Follow rank 0"),
     ("bring the results back, judge the run", "launch : Fetch this host's results"),
     ("report the verdict", "launch : Fail naming the host"),

@@ -1,11 +1,17 @@
-"""The concurrent_commands module (roles/cluster/library), run as Ansible runs it."""
+"""The concurrent_commands module (roles/cluster/library), run as Ansible runs it: as a module,
+and as its action plugin runs it on a host whose Python it knows (the module's source sent to
+that Python, without Ansible there)."""
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-MODULE = Path(__file__).parents[2] / "roles/cluster/library/concurrent_commands.py"
+import pytest
+
+ROLE = Path(__file__).parents[2] / "roles/cluster"
+MODULE = ROLE / "library/concurrent_commands.py"
 
 
 def run_module(tmp_path, **args):
@@ -18,8 +24,24 @@ def run_module(tmp_path, **args):
     return json.loads(done.stdout)
 
 
-def test_results_come_in_order_with_item_rc_and_output(tmp_path):
-    out = run_module(
+def run_direct(tmp_path, commands, timeout=30, max_workers=16):
+    """What the action plugin runs on the host: its bootstrap, with the module's source and the
+    arguments on stdin, in a Python that cannot import Ansible (-I, an empty directory)."""
+    spec = importlib.util.spec_from_file_location(
+        "concurrent_commands_action", ROLE / "action_plugins/concurrent_commands.py")
+    action = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(action)
+    given = {"source": MODULE.read_text(), "args": [commands, timeout, max_workers]}
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", action.BOOTSTRAP],
+                          input=json.dumps(given), capture_output=True, text=True, check=False,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {"changed": False, "results": json.loads(done.stdout)}
+
+
+@pytest.mark.parametrize("runner", [run_module, run_direct], ids=["module", "direct"])
+def test_results_come_in_order_with_item_rc_and_output(tmp_path, runner):
+    out = runner(
         tmp_path,
         commands=[
             {"item": {"name": "m2"}, "argv": ["sh", "-c", "echo m2; echo oops >&2"]},

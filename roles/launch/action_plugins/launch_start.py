@@ -3,7 +3,8 @@
 `python supervisor.py start ...` creates the run directory, writes command.sh from its stdin and
 starts the daemon that owns the job (files/supervisor.py). It runs over the play's connection
 with no module start on the host first (a command task costs one), as launch_fetch does. The
-launch command is shown first, also in check mode, where nothing is started.
+launch command (command.sh's exec line) is shown first, also in check mode, where nothing is
+started.
 
 Returns stdout, the supervisor's "started <pid>".
 """
@@ -18,9 +19,15 @@ from ansible.utils.display import Display
 display = Display()
 
 
+def launch_command(command_sh):
+    """The command command.sh runs: its exec line, without exec and the "$@" it passes on."""
+    body = command_sh.split("\nexec ", 1)[-1].strip()
+    return body.removesuffix('"$@"').rstrip()
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("argv", "command_sh", "launch_command", "run"))
+    _VALID_ARGS = frozenset(("argv", "command_sh", "run"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -28,7 +35,7 @@ class ActionModule(ActionBase):
         missing = [k for k in sorted(self._VALID_ARGS) if not args.get(k)]
         if missing:
             raise AnsibleActionFail(f"launch_start needs {', '.join(missing)}")
-        display.display(args["launch_command"])
+        display.display(launch_command(args["command_sh"]))
         if self._task.check_mode:
             result.update(changed=False, msg="nothing is started in check mode")
             return result

@@ -276,13 +276,17 @@ def launch_host_errors(probe_results, host, hostfile, hostfile_problems, runs, m
 def launch_consistency_errors(infos, layout, backend="mpi"):
     """Hosts that would run a different Open MPI or train/ package than the others.
 
-    infos: per ranked host {name, openmpi_version, openmpi_prefix, train_diff (tree_diff of its
-    train/ against the controller's)}; layout: cluster_layout of the ranked hosts.
+    infos: per ranked host {name, openmpi_error (openmpi_probe_error, '' when mpirun ran),
+    openmpi_version, openmpi_prefix, train_diff (tree_diff of its train/ against the
+    controller's)}; layout: cluster_layout of the ranked hosts.
     """
     errors = []
     if layout["error"]:
         errors.append(layout["error"])
-    if backend == "mpi":
+    broken = [i["openmpi_error"] for i in infos if i.get("openmpi_error")]
+    if backend == "mpi" and broken:
+        errors += broken  # nothing to compare on those hosts
+    elif backend == "mpi":
         for key, what in (("openmpi_version", "Open MPI version"),
                           ("openmpi_prefix", "Open MPI prefix")):
             values = {i[key] for i in infos}

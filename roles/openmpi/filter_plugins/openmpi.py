@@ -54,6 +54,18 @@ def openmpi_probe_commands(bindir, system):
     return commands
 
 
+def openmpi_probe_error(results, host, bindir, install_method):
+    """'' when `mpirun --version` ran (openmpi_probe_commands results by item), else what failed
+    on the host and the fix."""
+    mpirun = results["mpirun_version"]
+    if mpirun["rc"] == 0:
+        return ""
+    why = mpirun.get("msg") or (mpirun.get("stderr") or "").strip()
+    return (f"openmpi: `{bindir}/mpirun --version` failed on {host} ({why}; "
+            f"openmpi_install_method={install_method}). Run setup.yml (the openmpi role) with the "
+            "same openmpi_install_method first.")
+
+
 def openmpi_found(results, bindir, system):
     """{mpirun_path, prefix, version, libmpi_path} from the openmpi_probe_commands results
     ({item: result}). Homebrew links the dylib into its prefix; on Linux we trust the loader."""
@@ -92,6 +104,7 @@ class FilterModule:
             "openmpi_parse_version": openmpi_parse_version,
             "openmpi_ldd_library": openmpi_ldd_library,
             "openmpi_probe_commands": openmpi_probe_commands,
+            "openmpi_probe_error": openmpi_probe_error,
             "openmpi_found": openmpi_found,
             "openmpi_version_mismatch": openmpi_version_mismatch,
         }
