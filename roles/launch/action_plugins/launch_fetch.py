@@ -16,7 +16,7 @@ from ansible.plugins.action import ActionBase
 
 
 class ActionModule(ActionBase):
-    TRANSFERS_FILES = True
+    TRANSFERS_FILES = False  # no remote temporary directory: the archive goes in the run directory
     _VALID_ARGS = frozenset(("run_dir", "archive", "dest", "python"))
 
     def run(self, tmp=None, task_vars=None):
