@@ -38,13 +38,20 @@ def _launch_filters():
     return module
 
 
-def private(member, dest):
-    """tarfile's "data" filter (nothing outside dest, no device files), with the modes made
-    the user's alone."""
-    member = tarfile.data_filter(member, dest)
-    if member.mode is None:  # a directory: the filter leaves it to the umask (0700 here)
-        return member
-    return member.replace(mode=member.mode & 0o700, deep=False)
+def extract_private(tar, members, dest):
+    """Extract members under dest, their modes made the user's alone. tarfile's "data" filter
+    (Python >= 3.11.4) refuses anything outside dest and device files; an older Python takes
+    only files and directories with relative names (and would keep the archive's modes)."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, members=members, filter="data")
+    else:
+        members = [m for m in members if (m.isfile() or m.isdir()) and not m.name.startswith("/")
+                   and ".." not in Path(m.name).parts]
+        tar.extractall(dest, members=members)
+    for member in members:
+        if member.isfile() or member.isdir():
+            path = Path(dest, member.name)
+            path.chmod(path.stat().st_mode & 0o700)
 
 
 def unpack(run_dir, archives):
@@ -62,12 +69,11 @@ def unpack(run_dir, archives):
                     shutil.rmtree(stale)
                 else:
                     stale.unlink(missing_ok=True)
-        safe = {"filter": private} if hasattr(tarfile, "data_filter") else {}  # Python >= 3.11.4
         for tar, archive, everything in zip(tars, archives, launch_host, strict=True):
             wanted = f"{run_dir.name}/" if everything else f"{run_dir.name}/logs/"
             with tar:
                 mine = [m for m in tar.getmembers() if m.name.startswith(wanted)]
-                tar.extractall(run_dir.parent, members=mine, **safe)
+                extract_private(tar, mine, run_dir.parent)
             Path(archive).unlink()
         for incoming in {Path(archive).parent for archive in archives}:
             if not any(incoming.iterdir()):
