@@ -130,11 +130,11 @@ def test_cluster_without_thunderbolt_addresses_leaves_interfaces_to_open_mpi():
 def test_cables_over_the_management_network_keep_open_mpi_off_the_pool():
     hosts = [host("a", address="198.18.0.1"), host("b", address="198.18.0.2"), host("c")]
     argv = command(hosts, [info(n, "/home/u") for n in "abc"], "5.0.8", "/l.so",
-                   exclude="10.213.0.0/24")
+                   exclude="198.19.0.0/24")
     joined = " ".join(argv)
-    assert "--prtemca oob_tcp_if_exclude 10.213.0.0/24" in joined
-    assert "--mca btl_tcp_if_exclude 127.0.0.1/8,sppp,10.213.0.0/24" in joined
-    alone = command(hosts[:1], [info("a", "/home/u")], "5.0.8", "/l.so", exclude="10.213.0.0/24")
+    assert "--prtemca oob_tcp_if_exclude 198.19.0.0/24" in joined
+    assert "--mca btl_tcp_if_exclude 127.0.0.1/8,sppp,198.19.0.0/24" in joined
+    alone = command(hosts[:1], [info("a", "/home/u")], "5.0.8", "/l.so", exclude="198.19.0.0/24")
     assert "btl_tcp_if_exclude" not in alone  # one host: no traffic between hosts
 
 
