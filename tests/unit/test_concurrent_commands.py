@@ -4,6 +4,7 @@ that Python, without Ansible there)."""
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,43 @@ def test_one_worker_runs_them_one_after_the_other(tmp_path):
     pair = [waits_for(tmp_path, "a", "b"), waits_for(tmp_path, "b", "a")]
     out = run_module(tmp_path, commands=pair, timeout=2, max_workers=1)
     assert [r["rc"] for r in out["results"]] == [-1, 0]
+
+
+STALE_PYTHON_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Facts from before the host's Python moved
+      ansible.builtin.set_fact:
+        discovered_interpreter_python: {gone}
+        cacheable: true
+    - name: Run a command
+      concurrent_commands:
+        commands: [{{item: a, argv: [echo, hello]}}]
+      register: ran
+    - name: Show it
+      ansible.builtin.debug:
+        msg: "{{{{ ran.results[0].stdout | trim }}}}"
+"""
+
+
+def test_a_python_gone_since_the_facts_is_discovered_again(tmp_path):
+    """The facts name a Python that is no longer there (rc 127 from the direct run): the module
+    runs with a Python found afresh (with the facts' one, it could not start either)."""
+    gone = tmp_path / "gone" / "python3"
+    play = tmp_path / "play.yml"
+    play.write_text(STALE_PYTHON_PLAY.format(gone=gone))
+    (tmp_path / "ansible.cfg").write_text("[defaults]\n")  # not the project's
+    # Named in an inventory: the implicit localhost would be given the controller's Python.
+    (tmp_path / "hosts").write_text("localhost ansible_connection=local\n")
+    # Discovery looks along PATH: this environment's Python first, not a shim of the machine's.
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+           "ANSIBLE_LIBRARY": str(ROLE / "library"),
+           "ANSIBLE_ACTION_PLUGINS": str(ROLE / "action_plugins"),
+           "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
+           "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg")}
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"),
+                           "-i", str(tmp_path / "hosts"), str(play)],
+                          capture_output=True, text=True, env=env, check=False, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert '"msg": "hello"' in done.stdout, done.stdout

@@ -53,7 +53,9 @@ class ActionModule(ActionBase):
         if ran["rc"] == 255:  # ssh itself failed
             raise AnsibleConnectionFailure(to_text(ran.get("stderr")) or "ssh exited 255")
         if ran["rc"] == 127:  # that Python is gone (the facts are older): discover it again
-            result.update(self._execute_module(task_vars=task_vars))
+            facts = {k: v for k, v in (task_vars.get("ansible_facts") or {}).items()
+                     if k != "discovered_interpreter_python"}
+            result.update(self._execute_module(task_vars={**task_vars, "ansible_facts": facts}))
             return result
         if ran["rc"] != 0:
             raise AnsibleActionFail(f"{python} could not run the commands: "
