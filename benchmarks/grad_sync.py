@@ -1,7 +1,7 @@
 """Averaging a 64 MiB gradient on 3 ranks: train's average (float32 and bfloat16 on the wire)
 against the stock all-reduces (mpi4py, MLX mpi, MLX ring), all in one run.
 
-    sudo .venv/bin/python -m benchmarks.grad_sync [--rounds 10] [--rate 1gbit]
+    sudo .venv/bin/python -m benchmarks.grad_sync [--rounds 20] [--passes 3] [--rate 1gbit]
 
 A 3-host virtual cluster (one rank each) is set up with setup.yml; bench.yml times the stock
 all-reduces of a 64 MiB float32 message over the Thunderbolt network (bridge0); then
@@ -29,15 +29,21 @@ MiB = 1 << 20
 AVERAGE = """
 import json, sys, time
 import mlx.core as mx
-from train import distributed
-dtype, rounds, backend = getattr(mx, sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+from train import distributed, loop
+dtype, rounds, backend, what = getattr(mx, sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 group = mx.distributed.init(strict=True, backend=backend)
-grads = {f"layer{i}": mx.ones((1 << 20,)) * (group.rank() + 1) for i in range(16)}  # 64 MiB
+loop.keep_freed_buffers()  # as train does
+if what == "average":
+    grads = {f"layer{i}": mx.ones((1 << 20,)) * (group.rank() + 1) for i in range(16)}  # 64 MiB
+    run = lambda: distributed.average_gradients(grads, group, 32 << 20, dtype)
+else:  # the stock all-reduce of one 64 MiB array, with train's buffer cache
+    grads = mx.ones((16 << 20,), dtype=dtype)
+    run = lambda: mx.distributed.all_sum(grads, group=group)
 mx.eval(grads)
 times = []
 for _ in range(rounds + 1):  # the first round connects
     start = time.perf_counter()
-    mx.eval(distributed.average_gradients(grads, group, 32 << 20, dtype))
+    mx.eval(run())
     times.append(time.perf_counter() - start)
 if group.rank() == 0:
     print(json.dumps(times[1:]))
@@ -62,12 +68,14 @@ def stock(vc, workdir, seconds, tag):
     return found
 
 
-def ours(vc, dtype, backend, rounds):
-    """(fastest, median) of train's average on bridge0: under mpirun with train.yml's flags, or
-    with the ring backend on every host at once (MLX_RANK, bench.yml's ring hostfile)."""
+def ours(vc, dtype, backend, rounds, what="average"):
+    """(fastest, median) of train's average on bridge0 (what="all_sum": a stock all-reduce of one
+    64 MiB array, in a process set up as train sets itself up): under mpirun with train.yml's
+    flags, or with the ring backend on every host at once (MLX_RANK, bench.yml's ring
+    hostfile)."""
     for host in vc.hosts:  # each host has its own /tmp: the script goes to every home
         vc.run(host, "cat >average.py", user=host.user, input=AVERAGE)
-    script = ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds), backend]
+    script = ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds), backend, what]
     if backend == "mpi":
         argv = mpi_filters().mpirun_argv("/usr/bin/mpirun", "mlx-cluster/hostfile", 3, VERSION,
                                          interface="bridge0", env={"MLX_MPI_LIBNAME": LIBMPI})
@@ -80,30 +88,33 @@ def ours(vc, dtype, backend, rounds):
              for host, line in zip(vc.hosts, lines, strict=False)]  # mpirun: one line
     outs = [(proc, *proc.communicate(timeout=900)) for proc in procs]
     if any(proc.returncode for proc, _, _ in outs):
-        raise SystemExit(f"train's average ({dtype}, {backend}) failed:\n"
+        raise SystemExit(f"train's {what} ({dtype}, {backend}) failed:\n"
                          + "\n".join(out + err for _, out, err in outs))
     times = json.loads(outs[0][1].strip().splitlines()[-1])
-    print(f"train {dtype} {backend}: {min(times) * 1e3:.0f} ms fastest", flush=True)
+    print(f"train {what} {dtype} {backend}: {min(times) * 1e3:.0f} ms fastest", flush=True)
     return min(times), statistics.median(times)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--rate", help="shape bridge0 to this tc rate, e.g. 1gbit")
     args = parser.parse_args()
     shape = f"bridge0={args.rate}" if args.rate else None
+    cached = "MLX ring all_sum with train's buffer cache (float32; not stock, for comparison)"
     with set_up_cluster(hosts=3, shape=shape) as (vc, workdir):
         names = {"mpi": "MLX mpi", "ring": "MLX ring", "mpi4py": "mpi4py"}
-        # Alternate stock and ours twice, so that a slow spell of the machine hits both.
+        # Alternate stock and ours, so that a slow spell of the machine hits both.
         rows = {}
-        for n in range(2):
-            for backend, times in stock(vc, workdir, 3.0, n).items():
-                rows.setdefault(f"stock: {backend}", []).append(times)
+        for n in range(args.passes):
+            for backend, times in stock(vc, workdir, args.rounds * 0.3, n).items():
+                rows.setdefault(f"stock: {names[backend]}", []).append(times)
             for backend in ("mpi", "ring"):
                 for dtype in ("float32", "bfloat16"):
                     rows.setdefault(f"train: {dtype} on the wire ({names[backend]})", []).append(
                         ours(vc, dtype, backend, args.rounds))
+            rows.setdefault(cached, []).append(ours(vc, "float32", "ring", args.rounds, "all_sum"))
 
     best = {name: (min(t[0] for t in times), statistics.median(t[1] for t in times))
             for name, times in rows.items()}
@@ -113,23 +124,24 @@ def main():
         "",
         "3 virtual hosts (one rank each) on the shared 2-core machine, over bridge0 (veth, "
         + (f"shaped to {args.rate} with tc tbf)." if args.rate else "not shaped)."),
-        "Stock: bench.yml's float32 all-reduce of one 64 MiB message. Train:",
-        "train.distributed.average_gradients of 16 tensors of 4 MiB in 32 MiB buckets, under",
+        "Stock: bench.yml's float32 all-reduce of one 64 MiB message, MLX as it comes. Train:",
+        "train.distributed.average_gradients of 16 tensors of 4 MiB in 32 MiB buckets, in a",
+        "process set up as train sets itself up (MLX keeps freed buffers for the next step), under",
         "mpirun with train.yml's flags (MLX mpi) or started on every host with bench.yml's ring",
-        "hostfile (MLX ring, as `-e backend=ring` does). Two alternating passes; fastest round",
-        "over both, median of the passes' medians.",
+        "hostfile (MLX ring, as `-e backend=ring` does). The last row is the stock all-reduce in",
+        f"such a process: what the buffer cache alone gives. {args.passes} alternating passes of",
+        f"{args.rounds} rounds; fastest round over all, median of the passes' medians. The ratios",
+        "compare with the stock backend whose fastest round is fastest.",
         "",
-        f"Command: `sudo .venv/bin/python -m benchmarks.grad_sync --rounds {args.rounds}"
-        + (f" --rate {args.rate}`" if args.rate else "`"),
+        f"Command: `sudo .venv/bin/python -m benchmarks.grad_sync --rounds {args.rounds} "
+        f"--passes {args.passes}" + (f" --rate {args.rate}`" if args.rate else "`"),
         "",
-        "| configuration | fastest ms | median ms | fastest stock / this (fastest) |",
-        "|---|---:|---:|---:|",
+        "| configuration | fastest ms | median ms | stock / this, fastest | stock / this, median |",
+        "|---|---:|---:|---:|---:|",
     ]
     for name, (fast, median) in best.items():
-        label = name if not name.startswith("stock") else "stock: " + names.get(
-            name.split(": ")[1], name)
-        lines.append(f"| {label} | {fast * 1e3:.0f} | {median * 1e3:.0f} | "
-                     f"{fastest_stock[0] / fast:.2f}x |")
+        lines.append(f"| {name} | {fast * 1e3:.0f} | {median * 1e3:.0f} | "
+                     f"{fastest_stock[0] / fast:.2f}x | {fastest_stock[1] / median:.2f}x |")
     write_results(RESULTS.with_stem(f"grad_sync-{args.rate}") if args.rate else RESULTS, lines)
 
 
