@@ -19,15 +19,18 @@ from .errors import fail
 
 # A resumed run must have these settings of the run it continues.
 SAME_ON_RESUME = ("model", "dataset", "data", "batch_size", "seed", "width")
+MLX_CPU_CACHE = 32 << 20  # MLX's own limit of freed buffers kept on the CPU
 
 
 def keep_freed_buffers():
-    """MLX documents its cache of freed buffers as reaching the memory limit, and its Metal
-    allocator's does; its CPU allocator keeps only 32 MiB, so every larger array of a step
-    (a gradient bucket, its sum) would be mapped and page-faulted afresh, step after step:
-    about five times the cost of filling it (measured on Linux, mlx 0.32)."""
+    """Keep as many freed buffers for reuse as the run has held at once so far: call it after a
+    step. MLX's CPU allocator keeps only 32 MiB (its Metal one, up to the memory limit), so every
+    larger array of a step (a gradient bucket, its sum) would be mapped and page-faulted afresh,
+    step after step: about five times the cost of filling it (Linux, mlx 0.32). One step's peak,
+    not the memory limit: the CPU allocator never gives its cache back when memory runs short,
+    and steps of other shapes (the last batch, other lengths) would pile up there."""
     if mx.default_device() == mx.cpu:
-        mx.set_cache_limit(mx.get_memory_limit())
+        mx.set_cache_limit(max(mx.get_peak_memory(), MLX_CPU_CACHE))
 
 
 def build(args):
@@ -99,7 +102,6 @@ def stop_reason(out):
 
 def run(args, group):
     started = time.perf_counter()
-    keep_freed_buffers()
     rank, world = group.rank(), group.size()
     model, train, test = build(args)
     optimizer = optim.Adam(learning_rate=args.lr)
@@ -147,6 +149,8 @@ def run(args, group):
         sync_time += time.perf_counter() - synced
         optimizer.update(model, grads)
         mx.eval(model.parameters(), optimizer.state)
+        if step == start + 1:
+            keep_freed_buffers()
         step_time += time.perf_counter() - tick
         window_loss, window_steps = window_loss + loss, window_steps + 1
 
