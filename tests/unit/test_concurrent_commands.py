@@ -117,6 +117,7 @@ def test_a_python_gone_since_the_facts_is_discovered_again(tmp_path):
            "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg")}
     done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"),
                            "-i", str(tmp_path / "hosts"), str(play)],
-                          capture_output=True, text=True, env=env, check=False, timeout=120)
+                          capture_output=True, text=True, env=env, check=False, timeout=120,
+                          stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stdout + done.stderr
     assert '"msg": "hello"' in done.stdout, done.stdout
