@@ -33,9 +33,9 @@ def test_no_interface_means_no_flags(interface):
 
 def test_a_network_is_included_like_an_interface():
     # cables topology, two hosts: Open MPI runs over the cables, i.e. the pool's /30s.
-    assert mpi.openmpi_interface_args("4.1.4", "10.213.0.0/24") == [
-        "--mca", "oob_tcp_if_include", "10.213.0.0/24",
-        "--mca", "btl_tcp_if_include", "10.213.0.0/24",
+    assert mpi.openmpi_interface_args("4.1.4", "198.19.0.0/24") == [
+        "--mca", "oob_tcp_if_include", "198.19.0.0/24",
+        "--mca", "btl_tcp_if_include", "198.19.0.0/24",
     ]  # fmt: skip
 
 
