@@ -42,9 +42,9 @@ def test_a_network_is_included_like_an_interface():
 @pytest.mark.parametrize(("version", "oob_flag"), [("4.1.4", "--mca"), ("5.0.8", "--prtemca")])
 def test_exclude_keeps_both_layers_off_a_network_and_the_btl_defaults(version, oob_flag):
     # cables topology, three hosts or more: over the management network, never the /30s.
-    assert mpi.openmpi_interface_args(version, exclude="10.213.0.0/24") == [
-        oob_flag, "oob_tcp_if_exclude", "10.213.0.0/24",
-        "--mca", "btl_tcp_if_exclude", "127.0.0.1/8,sppp,10.213.0.0/24",
+    assert mpi.openmpi_interface_args(version, exclude="198.19.0.0/24") == [
+        oob_flag, "oob_tcp_if_exclude", "198.19.0.0/24",
+        "--mca", "btl_tcp_if_exclude", "127.0.0.1/8,sppp,198.19.0.0/24",
     ]  # fmt: skip
 
 
