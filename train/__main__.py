@@ -3,14 +3,16 @@
 import json
 import sys
 
-from . import cli, command
+from . import cli, command, data
 
 
 def main(argv=None):
     args = cli.parse(argv)
     if args.check:
         cli.check_world(args, args.check)
-        print(json.dumps(vars(args), default=str))
+        # batch: the split train.yml shows with the request
+        batch = {} if args.command else {"batch": data.describe_batch(args.batch_size, args.check)}
+        print(json.dumps(vars(args) | batch, default=str))
         return
     if args.command is not None:
         sys.exit(command.run(args))

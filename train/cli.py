@@ -17,6 +17,12 @@ REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 DEFAULTS = {"built-in": (1e-3, 64), "lora": (1e-5, 4)}
 MLP_WIDTH = 128  # hidden units of each of mlp's layers unless --width says otherwise
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
+# Upper bounds: far beyond any real run, low enough that a slip (steps=1e23) is an error.
+STEPS_MAX = 10**9  # --steps and the every-K options
+WIDTH_MAX = 65536
+BATCH_MAX = 65536
+BUCKET_MAX = 2**40
+NAME_MAX = 4096  # characters of a name or path (Linux's PATH_MAX; macOS's is 1024)
 # --report-to choice: the package rank 0 writes with (None: nothing to write).
 TRACKERS = {"none": None, "tensorboard": "tensorboardX"}
 
@@ -24,6 +30,11 @@ TRACKERS = {"none": None, "tensorboard": "tensorboardX"}
 class Parser(argparse.ArgumentParser):
     def error(self, message):
         fail(message)
+
+
+def shown(text, limit=40):
+    """A value as an error message quotes it: cut short, so the error stays one line."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def count(minimum, maximum=None):
@@ -36,7 +47,7 @@ def count(minimum, maximum=None):
         except ValueError:
             value = None
         if value is None or value < minimum or (maximum is not None and value > maximum):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}")
+            raise argparse.ArgumentTypeError(f"{shown(text)} is not {wanted}")
         return value
 
     return parse
@@ -48,15 +59,19 @@ def positive_float(text):
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):  # inf trains to NaN; nan compares false
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number > 0 (e.g. 0.001)")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a finite number > 0 (e.g. 0.001)")
     return value
 
 
 def name(text):
-    """A name or path that cannot be mistaken for a flag."""
-    if text.startswith("-") or text != text.strip() or not text:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a name or path (it must not be empty "
-                                         "or start with '-' or a space)")
+    """A name or path that cannot be mistaken for a flag, on one line, of a length a path can
+    have."""
+    if text.startswith("-") or text != text.strip() or not text or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a name or path (it must not be "
+                                         "empty, start with '-' or a space, or hold a line break)")
+    if len(text) > NAME_MAX:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is longer than a path can be (at most "
+                                         f"{NAME_MAX} characters)")
     return text
 
 
@@ -76,11 +91,14 @@ def parser():
     add("--data", type=path, metavar="PATH", help="text: the text file; jsonl: the directory "
         "with train.jsonl and valid.jsonl; mnist/fashion-mnist: a directory with the IDX files "
         "instead of downloading them")
-    add("--width", type=count(1), default=MLP_WIDTH, metavar="N", help="hidden units "
-        f"of each of mlp's two layers: a larger model and gradient (default: {MLP_WIDTH})")
-    add("--steps", type=count(1), default=500, metavar="N", help="optimizer steps (default: 500)")
-    add("--batch-size", type=count(1), metavar="B", help="global batch size, split evenly over "
-        "the ranks (default: 64; 4 for LoRA)")
+    add("--width", type=count(1, WIDTH_MAX), default=MLP_WIDTH, metavar="N", help="hidden "
+        f"units of each of mlp's two layers: a larger model and gradient, 1 to {WIDTH_MAX} "
+        f"(default: {MLP_WIDTH})")
+    add("--steps", type=count(1, STEPS_MAX), default=500, metavar="N", help="optimizer steps, "
+        f"1 to {STEPS_MAX} (default: 500)")
+    add("--batch-size", type=count(1, BATCH_MAX), metavar="B", help="global batch size, split "
+        "over the ranks as evenly as it goes (64 over 3: 22/21/21), at least one example each "
+        f"(default: 64; 4 for LoRA; at most {BATCH_MAX})")
     add("--lr", type=positive_float, help="Adam learning rate (default: 1e-3; 1e-5 for LoRA)")
     add("--seed", type=count(0, SEED_MAX), default=0, metavar="S", help="seed for "
         f"initialisation and data order, 0 to {SEED_MAX} (default: 0)")
@@ -88,19 +106,19 @@ def parser():
         "metrics.jsonl, summary.json, loss.png and checkpoints/ (default: runs/train)")
     add("--resume", action="store_true", help="continue from the latest checkpoint in --out "
         "(starts fresh if there is none)")
-    add("--eval-every", type=count(0), default=100, metavar="K", help="evaluate every K steps "
-        "and at the end; 0: only at the end (default: 100)")
-    add("--checkpoint-every", type=count(0), default=100, metavar="K", help="checkpoint every K "
-        "steps and at the end; 0: only at the end (default: 100)")
-    add("--grad-bucket-bytes", type=count(0), default=32 * 1024**2, metavar="N", help="average "
-        "the gradients in all-reduces of at least N bytes each (whole tensors, the last one may "
-        "be smaller); 0: one per tensor (default: 32 MiB, MLX's; bench.yml recommends one for "
-        "your interconnect)")
+    add("--eval-every", type=count(0, STEPS_MAX), default=100, metavar="K", help="evaluate "
+        "every K steps and at the end; 0: only at the end (default: 100)")
+    add("--checkpoint-every", type=count(0, STEPS_MAX), default=100, metavar="K", help="checkpoint "
+        "every K steps and at the end; 0: only at the end (default: 100)")
+    add("--grad-bucket-bytes", type=count(0, BUCKET_MAX), default=32 * 1024**2, metavar="N",
+        help="average the gradients in all-reduces of at least N bytes each (whole tensors, the "
+        "last one may be smaller); 0: one per tensor (default: 32 MiB, MLX's; bench.yml "
+        "recommends one for your interconnect)")
     add("--grad-dtype", choices=("float32", "bfloat16"), default="float32", help="the "
         "gradients' type on the wire: bfloat16 sends half the bytes; weights and optimizer stay "
         "float32 (default: float32)")
-    add("--log-every", type=count(1), default=10, metavar="K", help="report the loss every K "
-        "steps (default: 10)")
+    add("--log-every", type=count(1, STEPS_MAX), default=10, metavar="K", help="report the loss "
+        "every K steps (default: 10)")
     add("--heartbeat", metavar="TEMPLATE", help="each rank writes {step, steps, time, pid} as "
         "JSON to this path ({rank}: its rank) at most once a second, for a watchdog; e.g. "
         "runs/x/logs/rank.{rank}.heartbeat (default: none)")
@@ -195,6 +213,6 @@ def check_data(args):
 def check_world(args, world_size):
     if args.command is not None:  # the program's own flags are its business
         return
-    if args.batch_size % world_size:
-        fail(f"--batch-size {args.batch_size} does not split over {world_size} ranks; choose "
-             f"a multiple of {world_size}")
+    if args.batch_size < world_size:
+        fail(f"--batch-size {args.batch_size} leaves some of the {world_size} ranks without an "
+             f"example; choose at least {world_size}")

@@ -92,7 +92,30 @@ def global_batch(seed, step, batch_size, n):
     return np.array([epoch_order(seed, int(e), n)[o] for e, o in zip(epochs, offsets, strict=True)])
 
 
+def shard_sizes(rows, world_size):
+    """Rows of each rank's share: as equal as can be, the first ranks one more (np.array_split's
+    split). The training loss weighs each rank's sum by the global batch, so the gradients are
+    one process's whatever the split."""
+    base, extra = divmod(rows, world_size)
+    return [base + (rank < extra) for rank in range(world_size)]
+
+
+def describe_batch(rows, world_size):
+    """The global batch and its split in words: `global batch 64 (22/21/21 per rank)`, or for
+    many ranks `global batch 100 (7 on ranks 0-3, 6 on ranks 4-15)`."""
+    sizes = shard_sizes(rows, world_size)
+    extra = rows % world_size
+    if not extra:
+        split = f"{sizes[0]} per rank"
+    elif world_size <= 8:
+        split = "/".join(map(str, sizes)) + " per rank"
+    else:
+        split = f"{sizes[0]} on ranks 0-{extra - 1}, {sizes[-1]} on ranks {extra}-{world_size - 1}"
+    return f"global batch {rows} ({split})"
+
+
 def shard(arrays, rank, world_size):
-    """This rank's equal share of the rows of each array."""
-    per_rank = len(arrays[0]) // world_size
-    return tuple(a[rank * per_rank : (rank + 1) * per_rank] for a in arrays)
+    """This rank's share of the rows of each array (shard_sizes)."""
+    sizes = shard_sizes(len(arrays[0]), world_size)
+    start = sum(sizes[:rank])
+    return tuple(a[start : start + sizes[rank]] for a in arrays)

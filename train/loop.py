@@ -119,7 +119,8 @@ def run(args, group):
         trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
         progress.write(f"{args.model} ({trainable:,} trainable parameters) on {args.dataset} "
                        f"({len(train)} train / {len(test)} eval examples), {world} rank(s), "
-                       f"global batch {args.batch_size}, steps {start + 1}..{args.steps}")
+                       f"{data.describe_batch(args.batch_size, world)}, "
+                       f"steps {start + 1}..{args.steps}")
 
     heartbeat = report.Heartbeat(args.heartbeat, rank, args.steps)
     heartbeat.beat(start, force=True)

@@ -22,14 +22,17 @@ ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 def shown_request(tmp_path, *extra):
     inventory = tmp_path / "inventory.yml"
     inventory.write_text(yaml.safe_dump({"cluster": {"hosts": {"m1": {
-        "ansible_host": "127.0.0.1", "ansible_port": 9, "mpi_slots": 2}}}}))
+        "ansible_host": "127.0.0.1", "ansible_port": 9, "mpi_slots": 3}}}}))
     run = subprocess.run([str(ANSIBLE_PLAYBOOK), "-i", str(inventory), "train.yml", *extra],
                          cwd=ROOT, capture_output=True, text=True, timeout=300,
                          stdin=subprocess.DEVNULL)
     out = run.stdout
     assert "UNREACHABLE" in out, out  # the request passed validation; the host was never there
     shown = out.split("Show the request", 1)[1].split("msg:", 1)[1].split("\n\n", 1)[0]
-    return dict(word.split("=", 1) for word in shown.split())
+    options, batch = shown.split(" — ")
+    # The default batch on 3 ranks: as even a split as there is, and the play says so.
+    assert batch.strip() == "global batch 64 (22/21/21 per rank)"
+    return dict(word.split("=", 1) for word in options.split())
 
 
 def test_a_later_extra_var_wins_over_recommended_yml(tmp_path):

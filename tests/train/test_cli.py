@@ -76,12 +76,25 @@ def test_bad_numbers(capsys):
     assert "is not an integer from 0 to 4294967295" in error_of(capsys, "--seed", 10**30)
     assert "'-1' is not an integer from 0" in error_of(capsys, "--seed", "-1")
     cli.parse(["--seed", str(2**32 - 1)])
+    # Stated ranges: a slip of a digit or an exponent is an error, not a run of 10^23 steps.
+    assert "'1e23' is not an integer from 1 to 1000000000" in error_of(capsys, "--steps", "1e23")
+    assert "from 1 to 1000000000" in error_of(capsys, "--steps", 10**9 + 1)
+    assert "from 1 to 65536" in error_of(capsys, "--width", 10**9)
+    assert "from 1 to 65536" in error_of(capsys, "--batch-size", 65537)
+    assert "from 0 to 1000000000" in error_of(capsys, "--eval-every", 10**10)
+    assert "from 0 to 1099511627776" in error_of(capsys, "--grad-bucket-bytes", 2**41)
+    assert "... (5000 characters) is not an integer" in error_of(capsys, "--steps", "9" * 5000)
+    assert cli.parse(["--steps", str(10**9), "--width", "65536"]).steps == 10**9
 
 
 @pytest.mark.parametrize("flag", ["--model", "--dataset", "--data"])
 def test_values_that_look_like_flags_are_refused(capsys, flag):
-    assert "must not be empty or start with '-'" in error_of(capsys, f"{flag}=-x")
-    assert "must not be empty or start with '-'" in error_of(capsys, f"{flag}= mlp")
+    assert "must not be empty, start with '-'" in error_of(capsys, f"{flag}=-x")
+    assert "must not be empty, start with '-'" in error_of(capsys, f"{flag}= mlp")
+    assert "or hold a line break" in error_of(capsys, f"{flag}=my\nmodel")
+    error = error_of(capsys, f"{flag}={'m' * 100_000}")
+    assert "... (100000 characters) is longer than a path can be (at most 4096" in error
+    assert len(error) < 200
 
 
 def test_check_prints_the_settings_and_trains_nothing(tmp_path):
@@ -89,21 +102,25 @@ def test_check_prints_the_settings_and_trains_nothing(tmp_path):
     settings = json.loads(done.stdout)
     assert (settings["steps"], settings["batch_size"], settings["dataset"]) == (7, 64, "digits")
     assert not (tmp_path / "run").exists()
-    refused = run(train_cmd("--check", "3"), check=False)
-    assert refused.returncode == 2 and "does not split over 3 ranks" in refused.stderr
+    assert settings["batch"] == "global batch 64 (16 per rank)"
+    refused = run(train_cmd("--check", "65"), check=False)
+    assert refused.returncode == 2
+    assert "--batch-size 64 leaves some of the 65 ranks without an example" in refused.stderr
 
 
 def test_lora_model_directory_needs_config(capsys, tmp_path):
     assert "no config.json" in error_of(capsys, "--model", tmp_path)
 
 
-def test_batch_size_must_split_over_ranks(capsys):
+def test_batch_size_needs_an_example_per_rank(capsys):
     args = cli.parse(["--batch-size", "30"])
-    cli.check_world(args, 3)
+    for world in (3, 4, 7, 30):
+        cli.check_world(args, world)
     with pytest.raises(SystemExit) as exit_info:
-        cli.check_world(args, 4)
+        cli.check_world(args, 31)
     assert exit_info.value.code == 2
-    assert "--batch-size 30 does not split over 4 ranks" in capsys.readouterr().err
+    assert ("--batch-size 30 leaves some of the 31 ranks without an example; choose at least 31"
+            in capsys.readouterr().err)
 
 
 def test_exit_code_of_the_real_command():
@@ -113,11 +130,11 @@ def test_exit_code_of_the_real_command():
 
 
 @needs_mpirun
-def test_batch_size_not_divisible_under_mpirun(tmp_path):
-    app = train_cmd("--batch-size", "33", "--out", tmp_path / "run")
+def test_batch_smaller_than_the_world_under_mpirun(tmp_path):
+    app = train_cmd("--batch-size", "1", "--out", tmp_path / "run")
     result = run(mpirun_cmd(app, app), check=False)
     assert result.returncode == 2
-    assert "--batch-size 33 does not split over 2 ranks" in result.stderr
+    assert "--batch-size 1 leaves some of the 2 ranks without an example" in result.stderr
     assert not (tmp_path / "run").exists()
 
 

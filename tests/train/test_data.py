@@ -57,6 +57,21 @@ def test_shards_are_equal_disjoint_rows():
     assert shards[3][1].tolist() == [60, 70]
 
 
+@pytest.mark.parametrize("world", [2, 3, 5, 16])
+def test_any_world_splits_the_batch_into_shares_one_row_apart(world):
+    rows = np.arange(64)
+    shards = [data.shard((rows,), rank, world)[0] for rank in range(world)]
+    np.testing.assert_array_equal(np.concatenate(shards), rows)
+    assert [len(s) for s in shards] == [len(s) for s in np.array_split(rows, world)]
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+
+
+def test_the_split_in_words():
+    assert data.describe_batch(64, 4) == "global batch 64 (16 per rank)"
+    assert data.describe_batch(64, 3) == "global batch 64 (22/21/21 per rank)"
+    assert data.describe_batch(100, 16) == "global batch 100 (7 on ranks 0-3, 6 on ranks 4-15)"
+
+
 def test_text_windows_predict_the_next_byte(tmp_path):
     path = tmp_path / "t.txt"
     path.write_bytes(bytes(range(200)))

@@ -42,6 +42,21 @@ def test_two_ranks_train_what_one_process_trains(tmp_path, bucket):
         f"{step}/60" for step in range(10, 61, 10)]
 
 
+def test_three_ranks_split_the_default_batch_unevenly_and_train_what_one_process_trains(tmp_path):
+    """64 over 3 ranks: 22/21/21 rows, each rank's loss weighed by the whole batch."""
+    settings = ("--steps", "20", "--log-every", "10", "--eval-every", "0")
+    one, outs = tmp_path / "one", [tmp_path / f"rank{r}" for r in range(3)]
+    run(train_cmd(*settings, "--out", one))
+    result = run(mpirun_cmd(*(train_cmd(*settings, "--out", out) for out in outs)))
+
+    single, triple = final_weights(one), final_weights(outs[0])
+    for name in single:
+        np.testing.assert_allclose(triple[name], single[name], rtol=1e-4, atol=1e-5, err_msg=name)
+    assert summary(outs[0])["world_size"] == 3
+    assert "3 rank(s), global batch 64 (22/21/21 per rank), steps 1..20" in result.stdout
+    assert not outs[1].exists() and not outs[2].exists()
+
+
 def test_launcher_world_size_without_mlx_world_is_an_error(tmp_path):
     env = {**os.environ, "OMPI_COMM_WORLD_SIZE": "2"}
     result = run(train_cmd("--out", tmp_path / "run"), check=False, env=env)

@@ -532,10 +532,11 @@ def test_misspelt_options_name_the_one_meant(name, meant):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [(["--lr=inf"], "lr: 'inf' is not a finite number > 0 (e.g. 0.001)"),
-     (["--batch-size=x"], "batch_size: 'x' is not an integer >= 1"),
+     (["--batch-size=x"], "batch_size: 'x' is not an integer from 1 to 65536"),
      (["--model=-x"], "model: '-x' is not a name or path"),
      (["--model=gpt"], "dataset 'text' needs data PATH"),
-     (["--check=3"], "batch_size 64 does not split over 3 ranks; choose a multiple of 3")],
+     (["--check=65"], "batch_size 64 leaves some of the 65 ranks without an example; choose at "
+                      "least 65")],
 )
 def test_the_train_programs_errors_keep_the_users_names(argv, message):
     args = [sys.executable, "-m", "train", *argv] + ([] if "--check" in argv[0] else ["--check=2"])

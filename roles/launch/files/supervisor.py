@@ -243,9 +243,9 @@ class Supervisor:
             return None
         plan = without_hosts(self.hosts, lost)
         batch = self.elastic.get("batch_size")
-        if not plan or (batch and int(batch) % len(plan)):
+        if not plan or (batch and int(batch) < len(plan)):
             log(f"elastic: cannot go on without {', '.join(lost)}: the global batch {batch} does "
-                f"not split over the {len(plan)} rank(s) left")
+                f"not give each of the {len(plan)} rank(s) left an example")
             return "elastic_batch"
         hostfile = self.dir / "hostfile.elastic"
         hostfile.write_text(hostfile_lines(plan))
