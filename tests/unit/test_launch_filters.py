@@ -357,7 +357,20 @@ def test_good_request_has_no_errors():
 
 @pytest.mark.parametrize(
     ("request_", "start"),
-    [({"time_limit": 0}, "time_limit: 0 is not a positive integer"),
+    [({"time_limit": 0}, "time_limit: 0 is not an integer from 1 to 31536000"),
+     ({"time_limit": "1e9"}, "time_limit: '1e9' is not an integer from 1 to 31536000"),
+     ({"follow_reconnect": 10**6}, "follow_reconnect: 1000000 is not an integer from 0 to 86400"),
+     ({"stall_timeout": "999999"}, "stall_timeout: '999999' is not auto or a number of seconds "
+                                   "from 10 to 86400"),
+     # A line break in a name: `$` alone let a trailing one through, into command.sh.
+     ({"run_name": "my-run\n"}, "run_name: 'my-run\\n' is not a plain directory name"),
+     ({"run_name": "my run"}, "run_name: 'my run' is not a plain directory name"),
+     ({"attach": "my-run\n"}, "attach: 'my-run\\n' is not a run name"),
+     ({"stop": "a\nb"}, "stop: 'a\\nb' is not a run name"),
+     # A huge value: named with its length, never echoed (one line, no traceback).
+     ({"model": "m" * 100_000}, "model: 100000 characters, more than a value can have (4096)"),
+     ({"run_name": "r" * 5000}, "run_name: 5000 characters, more than a value can have"),
+     ({"mpi_extra_args": ["-v"] * 2000}, "mpi_extra_args: 12000 characters"),
      ({"max_restarts": "x"}, "max_restarts: 'x' is not an integer >= 0"),
      ({"resume": "maybe"}, "resume: 'maybe' is not true or false"),
      ({"run_name": "../x"}, "run_name: '../x' is not a plain directory name"),
@@ -367,11 +380,12 @@ def test_good_request_has_no_errors():
      ({"backend": "ring", "np": "2"}, "np: the ring backend starts one rank per slot"),
      ({"backend": "ring", "mpi_extra_args": "-v"}, "mpi_extra_args: only the mpi backend"),
      ({"backend": "jaccl"}, "backend: jaccl runs over RDMA between Macs cabled point to point"),
-     ({"time_limit": "1h"}, "time_limit: '1h' is not a positive integer")],
+     ({"time_limit": "1h"}, "time_limit: '1h' is not an integer from 1 to 31536000")],
 )
 def test_bad_request_names_the_variable(request_, start):
     errors = launch.launch_request_errors(request_, CLUSTER)
     assert len(errors) == 1 and errors[0].startswith(start), errors
+    assert "\n" not in errors[0] and len(errors[0]) < 300
     assert "—" in errors[0]  # every message carries its fix
 
 
@@ -520,13 +534,50 @@ def test_controller_paths_are_resolved_where_the_user_typed_them(tmp_path, monke
     ("name", "meant"),
     [("batch-size", "batch_size"), ("batchsize", "batch_size"), ("Batch_Size", "batch_size"),
      ("check_point_every", "checkpoint_every"), ("step", "steps"), ("learning_rate", "lr"),
-     ("iters", "steps"), ("runname", "run_name"), ("max-restarts", "max_restarts")],
+     ("iters", "steps"), ("runname", "run_name"), ("max-restarts", "max_restarts"),
+     # Near misses that used to pass without a word: an alias, one word of an option, one edit.
+     ("epochs", "steps"), ("restarts", "max_restarts"), ("limit", "time_limit"),
+     ("timeout", "stall_timeout"), ("stpes", "steps"), ("widht", "width"), ("seeds", "seed"),
+     ("bacth_size", "batch_size"), ("every", "eval_every, checkpoint_every or log_every")],
 )
 def test_misspelt_options_name_the_one_meant(name, meant):
     names = [name, "steps", "ansible_host", "cluster_work_dir", "mpi_slots", "playbook_dir",
              "launch_exit_grace", "thunderbolt_ip", "inventory_hostname", "groups", "omit"]
+    first = meant.split(",")[0].split()[0]
     assert launch.launch_unknown_options(names, REQUEST_SPEC) == [
-        f"{name}: not a train.yml option — did you mean {meant}? (-e {meant}=...)"]
+        f"{name}: not a train.yml option — did you mean {meant}? (-e {first}=...)"]
+
+
+# Ansible's magic variables a train.yml play sees besides ansible_* (query varnames, 2.19).
+MAGIC = ["environment", "group_names", "groups", "hostvars", "inventory_dir", "inventory_file",
+         "inventory_hostname", "inventory_hostname_short", "play_hosts", "playbook_dir",
+         "role_names", "vars", "omit", "role_path", "role_name"]
+
+
+def test_no_variable_of_ansible_the_inventory_or_the_roles_is_taken_for_an_option():
+    names = set(MAGIC)
+    for path in ROOT.glob("roles/*/*/main.yml"):
+        if path.parent.name in ("defaults", "vars"):
+            names |= set(yaml.safe_load(path.read_text()) or {})
+    for path in ROOT.glob("roles/*/meta/argument_specs.yml"):
+        for entry in yaml.safe_load(path.read_text())["argument_specs"].values():
+            names |= set(entry.get("options") or {}) - set(REQUEST_SPEC)
+    for path in ROOT.glob("inventory/**/*.yml"):
+        for group in yaml.safe_load(path.read_text()).values():
+            names |= set(group.get("vars") or {})
+            for hostvars in (group.get("hosts") or {}).values():
+                names |= set(hostvars or {})
+    assert len(names) > 150
+    assert launch.launch_unknown_options(sorted(names - set(REQUEST_SPEC)), REQUEST_SPEC) == []
+
+
+@pytest.mark.parametrize("raw", ["-m mlx_lm lora --train", "run"])
+def test_a_value_ansible_split_at_its_spaces_is_refused_with_the_quoting_that_works(raw):
+    [error] = launch.launch_split_value_errors(raw)
+    assert error.startswith(f"_raw_params: Ansible split {raw!r} off an -e value with spaces")
+    assert """-e "command='python -m mlx_lm lora --train'\"""" in error
+    assert launch.launch_split_value_errors("") == []
+    assert launch.launch_split_value_errors(None) == []
 
 
 @pytest.mark.parametrize(

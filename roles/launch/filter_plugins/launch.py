@@ -9,7 +9,6 @@ meta/argument_specs.yml). Every option that is not the launcher's own becomes th
 the same name (grad_bucket_bytes -> --grad-bucket-bytes), so a new train flag needs no code here.
 """
 
-import difflib
 import os
 import posixpath
 import re
@@ -22,7 +21,14 @@ MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")
 LAUNCHER_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "time_limit",
                     "stall_timeout", "max_restarts", "follow_reconnect", "elastic", "attach",
                     "stop", "status")
-RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+# fullmatch: `$` alone would let a trailing line break through (it breaks command.sh).
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+# Characters of any one value: more is a slip (a pasted file), not a path or a command.
+VALUE_MAX = 4096
+# The launcher's numbers: (least, most) — far beyond a real run, low enough to catch a slip.
+LAUNCHER_NUMBERS = {"time_limit": (1, 365 * 86400), "max_restarts": (0, None),
+                    "follow_reconnect": (0, 86400)}
+STALL_TIMEOUT = (10, 86400)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
 RANK_VARIABLE = "${OMPI_COMM_WORLD_RANK:-$MLX_RANK}"
@@ -36,15 +42,22 @@ def _given(value):
     return value is not None and value != "" and value != []
 
 
-def _int(value, minimum):
-    """int >= minimum from an int or a digit string (extra vars arrive as strings), else None."""
+def _int(value, minimum, maximum=None):
+    """int in [minimum, maximum] from an int or a digit string (extra vars arrive as strings),
+    else None."""
     if isinstance(value, bool):
         return None
     try:
         number = int(str(value).strip())
     except ValueError:
         return None
-    return number if number >= minimum else None
+    return number if minimum <= number <= (maximum or number) else None
+
+
+def _shown(value, limit=40):
+    """A value as a message quotes it: cut short, so the message stays one line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
 
 
 def _bool(value):
@@ -93,31 +106,82 @@ def _looks_like_path(model):
     return model.startswith(("/", "~", ".")) or os.path.isdir(model)
 
 
-# Names people reach for that mean one of ours (mlx-lm calls steps "iters").
-ALIASES = {"learningrate": "lr", "iters": "steps", "iterations": "steps"}
+# Names people reach for that mean one of ours (mlx-lm calls steps "iters"; train.yml counts
+# optimizer steps, not epochs).
+ALIASES = {"learningrate": "lr", "iters": "steps", "iterations": "steps", "epochs": "steps",
+           "epoch": "steps"}
+
+
+def _key(name):
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _distance(a, b):
+    """Edits (insert, delete, change, swap two neighbours) from a to b: Damerau-Levenshtein's
+    optimal string alignment."""
+    rows = [list(range(len(b) + 1))]
+    for i, x in enumerate(a, 1):
+        row = [i]
+        for j, y in enumerate(b, 1):
+            row.append(min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (x != y)))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                row[j] = min(row[j], rows[-2][j - 2] + 1)
+        rows.append(row)
+    return rows[-1][-1]
+
+
+def _meant(name, spec):
+    """The options a variable name most likely meant, or []: the same letters in another
+    spelling, a known alias, one word of an option (limit: time_limit), or a near miss (one edit
+    for names up to 5 letters, two for longer ones; the nearest, and of those the ones the name
+    begins)."""
+    key = _key(name)
+    options = {_key(option): option for option in spec}
+    if key in options or key in ALIASES:
+        return [options.get(key) or ALIASES[key]]
+    if "_" not in name and len(key) >= 4:
+        words = [option for option in spec if key in option.split("_")]
+        if words:
+            return words
+    if len(key) >= 3:
+        near = [(_distance(key, k), option) for k, option in options.items()]
+        best = min(near)[0]
+        if best <= (1 if len(key) <= 5 else 2):
+            ties = [option for d, option in near if d == best]
+            # step: steps (one letter short) before stop (one letter changed)
+            return [o for o in ties if _key(o).startswith(key)] or ties
+    return []
 
 
 def launch_unknown_options(names, spec):
     """Errors for variables that look like a misspelt train.yml option (-e batch-size=64 is a
-    variable Ansible keeps and nothing reads): same letters in another spelling, or a near miss.
+    variable Ansible keeps and nothing reads); see _meant. Ansible's own variables (ansible_*)
+    are left alone; the inventory's and the roles' (role-prefixed, mpi_slots) are too far from
+    any option to be taken for one (tests/unit/test_launch_filters.py checks every one).
 
     names: every variable name the play sees; spec: the `request` options.
     """
-    def key(name):
-        return re.sub(r"[^a-z0-9]", "", name.lower())
-
-    options = {key(option): option for option in spec}
     errors = []
     for name in sorted(names):
         if name in spec or name.startswith("ansible_"):
             continue
-        near = difflib.get_close_matches(key(name), options, n=1, cutoff=0.85)
-        meant = options.get(key(name)) or ALIASES.get(key(name)) or (options[near[0]] if near
-                                                                         else None)
-        if meant:
-            errors.append(f"{name}: not a train.yml option — did you mean {meant}? "
-                          f"(-e {meant}=...)")
+        if meant := _meant(name, spec):
+            listing = " or ".join([", ".join(meant[:-1]), meant[-1]] if len(meant) > 1 else meant)
+            errors.append(f"{name}: not a train.yml option — did you mean {listing}? "
+                          f"(-e {meant[0]}=...)")
     return errors
+
+
+def launch_split_value_errors(raw_params):
+    """An -e value with spaces that Ansible split: `-e "command=python -m x"` gives command
+    `python` and keeps the rest as _raw_params, which nothing reads. raw_params: that variable
+    ('' when Ansible made none)."""
+    if not _given(raw_params):
+        return []
+    return [f"_raw_params: Ansible split {_shown(raw_params)} off an -e value with spaces, so "
+            "the option before it got only its first word — quote the value inside the -e: "
+            "-e \"command='python -m mlx_lm lora --train'\", -e \"run_name='my-run'\" (or give "
+            "-e a JSON object: -e '{\"command\": \"python -m ...\"}')"]
 
 
 def launch_train_check_error(output):
@@ -145,35 +209,45 @@ def launch_request_errors(request, hosts, topology="bridge"):
     cable_backend_errors' to say). An empty list means the request can be launched.
     """
     errors = []
-    for name, minimum in {"time_limit": 1, "max_restarts": 0, "follow_reconnect": 0}.items():
+    for name, value in request.items():  # first: a huge value is named, never echoed
+        if _given(value) and len(str(value)) > VALUE_MAX:
+            errors.append(f"{name}: {len(str(value))} characters, more than a value can have "
+                          f"({VALUE_MAX}) — give the path, name or command itself")
+    request = {name: value for name, value in request.items()
+               if not (_given(value) and len(str(value)) > VALUE_MAX)}
+    for name, (minimum, maximum) in LAUNCHER_NUMBERS.items():
         value = request.get(name)
-        if _given(value) and _int(value, minimum) is None:
-            kind = "a positive integer" if minimum else "an integer >= 0"
-            errors.append(f"{name}: {value!r} is not {kind} — e.g. -e {name}={max(minimum, 1)}0")
+        if _given(value) and _int(value, minimum, maximum) is None:
+            kind = f"an integer from {minimum} to {maximum}" if maximum else "an integer >= 0"
+            errors.append(f"{name}: {_shown(value)} is not {kind} — e.g. "
+                          f"-e {name}={max(minimum, 1)}0")
     for name in ("resume", "status", "elastic"):
         if _given(request.get(name)) and _bool(request[name]) is None:
-            errors.append(f"{name}: {request[name]!r} is not true or false — e.g. -e {name}=true")
+            errors.append(f"{name}: {_shown(request[name])} is not true or false — e.g. "
+                          f"-e {name}=true")
     stall = request.get("stall_timeout")
-    if _given(stall) and str(stall) != "auto" and _int(stall, 10) is None:
-        errors.append(f"stall_timeout: {stall!r} is not auto or a number of seconds >= 10 — "
-                      "e.g. -e stall_timeout=600, or leave it out (auto)")
+    if _given(stall) and str(stall) != "auto" and _int(stall, *STALL_TIMEOUT) is None:
+        errors.append(f"stall_timeout: {_shown(stall)} is not auto or a number of seconds from "
+                      f"{STALL_TIMEOUT[0]} to {STALL_TIMEOUT[1]} — e.g. -e stall_timeout=600, or "
+                      "leave it out (auto)")
     runs = [n for n in ("attach", "stop") if _given(request.get(n))]
     for name in runs:
-        if not RUN_NAME.match(str(request[name])):
-            errors.append(f"{name}: {request[name]!r} is not a run name — see -e status=true")
+        if not RUN_NAME.fullmatch(str(request[name])):
+            errors.append(f"{name}: {_shown(request[name])} is not a run name — see "
+                          "-e status=true")
     if len(runs) + bool(_bool(request.get("status"))) > 1:
         errors.append("attach, stop and status: give one of them at a time — e.g. "
                       "-e stop=<run> alone")
     run_name = request.get("run_name")
-    if _given(run_name) and not RUN_NAME.match(str(run_name)):
+    if _given(run_name) and not RUN_NAME.fullmatch(str(run_name)):
         errors.append(
-            f"run_name: {run_name!r} is not a plain directory name — use letters, digits, '.', "
-            "'_' and '-', starting with a letter or digit"
+            f"run_name: {_shown(run_name)} is not a plain directory name — use letters, digits, "
+            "'.', '_' and '-' (no spaces or line breaks), starting with a letter or digit"
         )
     backend = request.get("backend")
     if _given(backend) and backend not in BACKENDS:
         errors.append(
-            f"backend: {backend!r} is not one of {', '.join(BACKENDS)} — e.g. -e backend=ring"
+            f"backend: {_shown(backend)} is not one of {', '.join(BACKENDS)} — e.g. -e backend=ring"
         )
     if backend in ("jaccl", "jaccl-ring") and topology != "cables":
         errors.append(f"backend: {backend} runs over RDMA between Macs cabled point to point, "
@@ -190,12 +264,12 @@ def launch_request_errors(request, hosts, topology="bridge"):
                 "mpi_extra_args: only the mpi backend runs mpirun — drop it or use backend=mpi"
             )
         elif not isinstance(extra, (str, list)):
-            errors.append(f"mpi_extra_args: {extra!r} must be a string or a list of strings")
+            errors.append(f"mpi_extra_args: {_shown(extra)} must be a string or a list of strings")
         else:
             try:
                 launch_extra_args(extra)
             except ValueError as e:
-                errors.append(f"mpi_extra_args: {extra!r} cannot be split like a shell would "
+                errors.append(f"mpi_extra_args: {_shown(extra)} cannot be split like a shell would "
                               f"({e}) — quote it as you would in a shell, or give a YAML list")
     return errors
 
@@ -208,7 +282,8 @@ def _np_errors(request, hosts, backend):
         return []
     np = _int(value, 1)
     if np is None:
-        return [f"np: {value!r} is not a positive integer — e.g. -e np={total}, or leave it out"]
+        return [f"np: {_shown(value)} is not a positive integer — e.g. -e np={total}, or leave "
+                "it out"]
     if backend in MLX_LAUNCHED and np != total:
         return [
             f"np: the {backend} backend starts one rank per slot of its hostfile ({total}; "
@@ -601,6 +676,7 @@ class FilterModule:
             "launch_shell_command": launch_shell_command,
             "launch_summary_lines": launch_summary_lines,
             "launch_train_args": launch_train_args,
+            "launch_split_value_errors": launch_split_value_errors,
             "launch_train_check_error": launch_train_check_error,
             "launch_unknown_options": launch_unknown_options,
             "launch_verdict": launch_verdict,
