@@ -1,26 +1,44 @@
 """Bad input never reaches a host: one table of bad train.yml requests and bad inventories.
 
-Every host here is a closed port on the loopback (127.0.0.x:9): had a play tried to reach one,
-the run would show it as unreachable. Each row must stop at a validation task, with a message
-that names the field and says what to do instead.
+Every row runs in-process through the checks the plays make before they contact any host, in
+their order and with their messages: train.yml's (roles/launch/tasks/validate.yml: the launcher's
+options and the extra vars' names, then `python -m train --check` itself, then the request table)
+and setup.yml's (roles/validate: cluster_inventory_errors). Each row must stop there, with a
+message that names the field and says what to do instead.
+
+A few rows (REAL: one per kind of check) also run as real playbooks, whose every host is a closed
+port on the loopback (127.0.0.x:9): had a play tried to reach one, the run would show it as
+unreachable. They prove that the plays make those checks before anything else, with the same
+message as in-process.
 """
+
+import io
+from contextlib import redirect_stderr, redirect_stdout
 
 import pytest
 import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from tests.unit.plugins import ROOT, load
 from tools.playbook import run_playbook
+from train.__main__ import main as train_main
+
+launch = load("roles/launch/filter_plugins/launch.py")
+inventory_filters = load("roles/cluster/filter_plugins/inventory.py")
+cables_filters = load("roles/cluster/filter_plugins/cables.py")
+topology_filters = load("roles/cluster/filter_plugins/topology.py")
+networks_filters = load("roles/cluster/filter_plugins/networks.py")
+SPEC = yaml.safe_load((ROOT / "roles/launch/meta/argument_specs.yml").read_text())[
+    "argument_specs"]["request"]["options"]
+DEFAULTS = yaml.safe_load((ROOT / "roles/cluster/defaults/main.yml").read_text())
 
 
 def nowhere(i, **hostvars):
     return {"ansible_host": f"127.0.0.{i}", "ansible_port": 9, **hostvars}
 
 
-# Two hosts, 4 slots: the default global batch (64) splits, so each request row shows only its
-# own problem.
+# Two hosts, 4 slots: each request row shows only its own problem.
 CLUSTER = {"m1": nowhere(1, mpi_slots=2), "m2": nowhere(2, mpi_slots=2)}
-REQUEST_CHECKS = {
-    "Check the launcher's options, the names of the extra vars and the training options",
-    "Check the request against the request table"}
 
 
 def request(extra, expected, id):
@@ -109,8 +127,9 @@ ROWS = [
             "elastic ring"),
     request({"run_name": "../x"}, "run_name: '../x' is not a plain directory name",
             "run name with a path"),
-    request({"time_limit": "1h"}, "time_limit: '1h' is not a positive integer", "time limit"),
-    request({"stall_timeout": "5"}, "stall_timeout: '5' is not auto or a number of seconds >= 10",
+    request({"time_limit": "1h"}, "time_limit: '1h' is not an integer from 1 to 31536000",
+            "time limit"),
+    request({"stall_timeout": "5"}, "stall_timeout: '5' is not auto or a number of seconds from 10",
             "stall timeout"),
     request({"max_restarts": "-1"}, "max_restarts: '-1' is not an integer >= 0",
             "max restarts"),
@@ -118,6 +137,34 @@ ROWS = [
     request({"attach": "a", "stop": "b"}, "attach, stop and status: give one of them at a time",
             "attach and stop"),
     request({"attach": "../etc"}, "attach: '../etc' is not a run name", "attach a path"),
+    # Values Ansible split at their spaces (-e "command=python -m ..." without inner quotes): the
+    # option keeps its first word, the rest lands in _raw_params.
+    request({"command": "python", "_raw_params": "-m mlx_lm lora --train"},
+            "_raw_params: Ansible split '-m mlx_lm lora --train' off an -e value with spaces",
+            "command split at its spaces"),
+    request({"run_name": "my", "_raw_params": "run"}, "quote the value inside the -e: -e "
+            "\"command='python -m mlx_lm lora --train'\"", "run_name split at its space"),
+    # Line breaks in names, huge values, numbers out of their stated range.
+    request({"run_name": "my-run\n"}, "run_name: 'my-run\\n' is not a plain directory name",
+            "run_name with a line break"),
+    request({"attach": "my-run\n"}, "attach: 'my-run\\n' is not a run name",
+            "attach with a line break"),
+    request({"model": "my\nmodel"}, "model: 'my\\nmodel' is not a name or path",
+            "model with a line break"),
+    request({"model": "m" * 100_000}, "model: 100000 characters, more than a value can have "
+            "(4096)", "huge model"),
+    request({"steps": "1e23"}, "steps: '1e23' is not an integer from 1 to 1000000000",
+            "steps 1e23"),
+    request({"width": "1000000000"}, "width: '1000000000' is not an integer from 1 to 65536",
+            "width 1e9"),
+    request({"time_limit": "1000000000"}, "time_limit: '1000000000' is not an integer from 1 "
+            "to 31536000", "time limit of 31 years"),
+    # Near misses of an option that Ansible would keep as variables nothing reads.
+    request({"epochs": "3"}, "epochs: not a train.yml option — did you mean steps?", "epochs"),
+    request({"restarts": "3"}, "restarts: not a train.yml option — did you mean max_restarts?",
+            "restarts"),
+    request({"limit": "60"}, "limit: not a train.yml option — did you mean time_limit?",
+            "limit"),
     # Over cables (thunderbolt_topology: cables): what the cables cannot carry (topology.py:
     # cable_backend_errors), named with the cable to add.
     cabled_request(cabled(CHAIN), {"backend": "ring"},
@@ -183,12 +230,95 @@ ROWS = [
 ]
 
 
+def settings(hosts):
+    """The cluster-wide settings a run_once task reads: the first host's, else the defaults."""
+    first = next(iter(hosts.values()))
+    return {name: first.get(name, DEFAULTS[name]) for name in (
+        "thunderbolt_prefix", "thunderbolt_interface", "thunderbolt_topology",
+        "thunderbolt_cable_pool", "thunderbolt_cables")}
+
+
+def setup_refusal(hosts):
+    """roles/validate's message for the inventory, or None."""
+    tb = settings(hosts)
+    errors = inventory_filters.cluster_inventory_errors(
+        hosts, list(hosts), tb["thunderbolt_prefix"], tb["thunderbolt_interface"],
+        topology=tb["thunderbolt_topology"], pool=tb["thunderbolt_cable_pool"],
+        cables=tb["thunderbolt_cables"])
+    if errors:
+        return "\n  ".join([f"The inventory has {len(errors)} problem(s):", *errors])
+    return None
+
+
+def train_refusal(hosts, extra):
+    """roles/launch/tasks/validate.yml's message for the request, or None."""
+    tb, names = settings(hosts), list(hosts)
+    host_list = inventory_filters.cluster_hosts(hosts, names)
+    cable_topology = topology_filters.cable_topology(host_list, cables_filters.cable_plan(
+        tb["thunderbolt_cables"], names, tb["thunderbolt_cable_pool"]))
+    request = launch.launch_request(SPEC, [extra.get(name, "") for name in SPEC])
+    action = ("status" if request["status"] else "attach" if request["attach"]
+              else "stop" if request["stop"] else "launch")
+    topology, backend = tb["thunderbolt_topology"], request["backend"]
+    varnames = {*extra, *DEFAULTS, *(name for host in hosts.values() for name in host)}
+    errors = (
+        launch.launch_request_errors(request, host_list, topology)
+        + networks_filters.network_errors(request["network"], host_list, topology, backend,
+                                          cable_topology)
+        + (topology_filters.cable_backend_errors(cable_topology, backend)
+           if topology == "cables" and action == "launch"
+           and backend in ("ring", "jaccl", "jaccl-ring") else [])
+        + launch.launch_unknown_options(varnames, SPEC)
+        + launch.launch_split_value_errors(extra.get("_raw_params", "")))
+    if errors:
+        return "\n  - ".join(["train.yml: fix these values and run it again:", *errors])
+    if action == "launch":
+        np = launch.launch_np(request["np"], host_list)
+        stderr = io.StringIO()
+        try:
+            with redirect_stderr(stderr), redirect_stdout(io.StringIO()):
+                train_main(["--check", str(np), *launch.launch_train_args(request)])
+        except SystemExit as e:
+            if e.code:
+                return (f"train.yml: {launch.launch_train_check_error(stderr.getvalue())} — "
+                        "fix that value and run it again")
+    given = {name: value for name, value in request.items() if value is not None}
+    table = ArgumentSpecValidator(SPEC).validate(given).error_messages
+    return "Validation of arguments failed:\n" + "\n".join(table) if table else None
+
+
+def refusal(playbook, hosts, extra):
+    return train_refusal(hosts, extra) if playbook == "train.yml" else setup_refusal(hosts)
+
+
 @pytest.mark.parametrize(("playbook", "hosts", "extra", "expected"), ROWS)
-def test_bad_input_stops_before_any_host_is_contacted(tmp_path, playbook, hosts, extra,
+def test_bad_input_is_refused_by_the_checks_before_any_host(monkeypatch, playbook, hosts, extra,
+                                                            expected):
+    monkeypatch.chdir(ROOT)  # where ansible-playbook runs: relative paths resolve there
+    message = refusal(playbook, hosts, extra)
+    assert message is not None and expected in message, message
+    assert "—" in message or "choose" in message, message  # every message says what to do
+
+
+# The rows that also run as real playbooks: one per check (the launcher's, python -m train's,
+# the inventory's); the extra vars as typed on a command line, where Ansible makes _raw_params.
+REAL = {"model typo": "-e model=mlpp",
+        "command split at its spaces": '-e "command=python -m mlx_lm lora --train"',
+        "bridge0 as a cable port": None}
+REQUEST_CHECKS = {
+    "Check the launcher's options, the names of the extra vars and the training options",
+    "Check the request against the request table"}
+
+
+@pytest.mark.parametrize(("playbook", "hosts", "extra", "expected"),
+                         [row for row in ROWS if row.id in REAL])
+def test_the_plays_check_before_they_contact_any_host(tmp_path, request, playbook, hosts, extra,
                                                       expected):
     path = tmp_path / "hosts.yml"
     path.write_text(yaml.safe_dump({"cluster": {"hosts": hosts}}, sort_keys=False))
-    run = run_playbook(playbook, path, tmp_path / "runner", extravars=extra)
+    cmdline = REAL[request.node.callspec.id]
+    run = run_playbook(playbook, path, tmp_path / "runner", cmdline=cmdline,
+                       extravars=None if cmdline else extra)
 
     assert run.status == "failed"
     assert run.task_results("runner_on_unreachable") == []
@@ -198,5 +328,6 @@ def test_bad_input_stops_before_any_host_is_contacted(tmp_path, playbook, hosts,
     assert failure["task"] in checks, failure["task"]
     message = str(failure["res"].get("msg", ""))
     assert expected in message, message
-    assert "—" in message or "choose" in message, message  # every message says what to do
-
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.chdir(ROOT)
+        assert message == refusal(playbook, hosts, extra)
