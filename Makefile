@@ -1,11 +1,12 @@
 # `make demo`: set up this machine as a one-host cluster and train on it.
 # `make test`: every test (lint, unit, training, virtual-cluster integration, Molecule).
+# `make check`: the inner loop, under 3 minutes: lint, unit and train/ tests but the slow ones.
 # `make lock`: re-resolve requirements.txt into requirements.lock (newest allowed versions).
 PYTHON ?= python3
 VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo venv lock collections test lint
+.PHONY: demo venv lock collections test check lint
 
 venv: $(VENV)/.installed
 
@@ -35,3 +36,6 @@ lint: venv
 
 test: venv
 	pytest
+
+check: lint
+	pytest -m "not slow" tests/unit tests/train

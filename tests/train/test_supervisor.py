@@ -157,6 +157,7 @@ def uninterrupted(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_frozen_rank_is_found_and_the_job_resumes(jobs, uninterrupted):
     job = jobs("stall")
     job.start()
@@ -181,6 +182,7 @@ def test_frozen_rank_is_found_and_the_job_resumes(jobs, uninterrupted):
     assert job.left() == [] and state(frozen) is None
 
 
+@pytest.mark.slow
 def test_killed_rank_is_restarted(jobs, uninterrupted):
     job = jobs("killed")
     job.start()
@@ -222,6 +224,7 @@ def test_stop_checkpoints_and_a_second_start_is_refused(jobs):
     assert f"{job.name}  stopped  step {step}/100000  restarts 0  user" in status
 
 
+@pytest.mark.slow
 def test_time_limit_stops_with_a_checkpoint_and_resume_completes(jobs, uninterrupted):
     job = jobs("limit", steps=100000)
     job.start("--time-limit", 4)
