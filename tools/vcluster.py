@@ -17,9 +17,9 @@ crash halfway.
     python -m tools.vcluster down --dir DIR
     python -m tools.vcluster list
 
-Inside a host: /etc/ssh, /home/<user>, /etc/hosts, /tmp and /dev/shm are the host's own, /root is
-a per-host copy-on-write overlay, everything else (/usr, /etc, /opt) is the machine's; DIR stays
-at its path. Hosts have no default route (only 198.18.<k>.0/24 on en0), so nothing they send
+Inside a host: /etc/ssh, /home/<user> (a tmpfs), /etc/hosts, /tmp and /dev/shm are the host's own,
+/root is a per-host copy-on-write overlay, everything else (/usr, /etc, /opt) is the machine's; DIR
+stays at its path. Hosts have no default route (only 198.18.<k>.0/24 on en0), so nothing they send
 can leave the machine.
 With --cpus, each host (its sshd and all it starts) runs in its own CPU cgroup capped at that
 many CPUs, so hosts keep a fixed speed however many share this machine, as separate Macs do.
@@ -574,7 +574,12 @@ class VirtualCluster:
         hdir = Path(host.workdir)
         home, etc_ssh = hdir / "home", hdir / "etc-ssh"
         hdir.mkdir()
-        shutil.copytree("/etc/skel", home)
+        home.mkdir()
+        # In RAM: setup installs tens of thousands of files there, which this machine's disk
+        # takes minutes to write and to delete; `down` drops them all at once with the mount.
+        self._record("mount", path=str(home))
+        sh(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", str(home)])
+        shutil.copytree("/etc/skel", home, dirs_exist_ok=True)
         (home / ".ssh").mkdir(mode=0o700)
         pub = Path(self.controller_key + ".pub").read_text()
         (home / ".ssh" / "authorized_keys").write_text(pub)
