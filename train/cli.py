@@ -119,8 +119,8 @@ def parser():
         "float32 (default: float32)")
     add("--log-every", type=count(1, STEPS_MAX), default=10, metavar="K", help="report the loss "
         "every K steps (default: 10)")
-    add("--heartbeat", metavar="TEMPLATE", help="each rank writes {step, steps, time, pid} as "
-        "JSON to this path ({rank}: its rank) at most once a second, for a watchdog; e.g. "
+    add("--heartbeat", metavar="TEMPLATE", help="each rank writes {phase, step, steps, progress, "
+        "time, pid} as JSON to this path ({rank}: its rank) every second, for a watchdog; e.g. "
         "runs/x/logs/rank.{rank}.heartbeat (default: none)")
     add("--report-to", choices=tuple(TRACKERS), default="none", help="also send rank 0's "
         "metrics to an experiment tracker: tensorboard writes event files to DIR/tensorboard "

@@ -4,7 +4,8 @@ The rank keeps its `python -m train --out DIR` command line (the supervisor find
 job's processes by it) and runs CMD in DIR, in a process group of its own, with the Python
 environment's bin/ first on PATH. {model} and {data} in CMD become the absolute paths of
 --model / --data. Every chunk of CMD's output is progress: it goes to this rank's log and moves
-the heartbeat on (a program silent for the stall timeout is stalled). A signal to this process
+the heartbeat on (phase "loading" until the first output, then "training", a step per line: a
+program silent for the stall timeout after its first output is stalled). A signal to this process
 goes on to CMD's group; if this process dies, even by SIGKILL, a guard process ends the group,
 so nothing of the job outlives its rank. A stop (DIR/stop) sends CMD's group TERM. Rank 0
 writes summary.json when CMD succeeds.
@@ -73,7 +74,6 @@ def run(args):
     heartbeat = report.Heartbeat(args.heartbeat, rank, None)
     report.say(f"rank {rank} of {size}: {shlex.join(words)}")
     start = time.monotonic()
-    heartbeat.beat(0, force=True)
     try:
         program = subprocess.Popen(words, cwd=out, env=env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -107,11 +107,12 @@ def run(args):
         sys.stdout.buffer.write(chunk)
         sys.stdout.flush()
         progress += chunk.count(b"\n") + chunk.count(b"\r")
-        heartbeat.beat(progress)
+        heartbeat.at("training", progress)
     code = program.wait()
     code = 128 - code if code < 0 else code  # killed by a signal: the shell's convention
     seconds = time.monotonic() - start
-    heartbeat.beat(progress, force=True)
+    heartbeat.at("exiting", progress)
+    heartbeat.beat()
     report.say(f"rank {rank}: exited with code {code} after {seconds:.1f} s")
     if code == 0 and rank == 0:
         summary = {"command": args.command, "argv": words, "world_size": size,

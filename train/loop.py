@@ -48,8 +48,9 @@ def weighted_loss(model, inputs, targets, weights, scale):
     return (nn.losses.cross_entropy(logits, targets) * weights).sum() * scale
 
 
-def evaluate(model, split, batch_size, group):
-    """(loss, accuracy) over the whole split; each rank takes every world-size-th example."""
+def evaluate(model, split, batch_size, group, heartbeat):
+    """(loss, accuracy) over the whole split; each rank takes every world-size-th example and
+    moves the heartbeat's progress on at each batch."""
     totals = mx.zeros(3)  # loss sum, correct targets, targets
     mine = np.arange(group.rank(), len(split), group.size())
     for i in range(0, len(mine), batch_size):
@@ -59,6 +60,7 @@ def evaluate(model, split, batch_size, group):
         correct = logits.argmax(-1) == targets
         totals += mx.stack([(loss * weights).sum(), (correct * weights).sum(), weights.sum()])
         mx.eval(totals)
+        heartbeat.advance()
     loss, correct, count = mx.distributed.all_sum(totals, group=group).tolist()
     return loss / count, correct / count
 
@@ -103,6 +105,7 @@ def stop_reason(out):
 def run(args, group):
     started = time.perf_counter()
     rank, world = group.rank(), group.size()
+    heartbeat = report.Heartbeat(args.heartbeat, rank, args.steps)  # phase "loading"
     model, train, test = build(args)
     optimizer = optim.Adam(learning_rate=args.lr)
     optimizer.init(model.trainable_parameters())
@@ -122,8 +125,7 @@ def run(args, group):
                        f"{data.describe_batch(args.batch_size, world)}, "
                        f"steps {start + 1}..{args.steps}")
 
-    heartbeat = report.Heartbeat(args.heartbeat, rank, args.steps)
-    heartbeat.beat(start, force=True)
+    heartbeat.at("training", start)
     stop_file = args.out / "stop"
     saved = None  # the step of the latest checkpoint this run wrote
     loss_and_grad = nn.value_and_grad(model, weighted_loss)
@@ -166,7 +168,8 @@ def run(args, group):
             window_loss, window_start, window_steps = mx.array(0.0), time.perf_counter(), 0
 
         if (args.eval_every and step % args.eval_every == 0) or step == args.steps:
-            eval_loss, accuracy = evaluate(model, test, args.batch_size, group)
+            heartbeat.at("evaluating", step)
+            eval_loss, accuracy = evaluate(model, test, args.batch_size, group, heartbeat)
             if rank == 0:
                 metrics.add(kind="eval", step=step, eval_loss=eval_loss, eval_accuracy=accuracy)
                 progress.write(f"eval step {step} loss {eval_loss:.4f} accuracy {accuracy:.4f}")
@@ -174,18 +177,22 @@ def run(args, group):
 
         if rank == 0 and ((args.checkpoint_every and step % args.checkpoint_every == 0)
                           or step == args.steps):
+            heartbeat.at("checkpointing", step)
             path = checkpoint.save(args.out, step, model, optimizer, config(args))
             progress.write(f"checkpoint {path}")
             window_start, saved = time.perf_counter(), step
 
-        stopping = stop.item() and step < args.steps
-        heartbeat.beat(step, force=step == start + 1 or stopping)
-        if stopping:
+        heartbeat.at("training", step)
+        if stop.item() and step < args.steps:
             if rank == 0:
+                heartbeat.at("checkpointing", step)
                 stopped(args, step, model, optimizer, progress, saved)
+            heartbeat.at("exiting", step)
+            heartbeat.beat()
             return
 
-    heartbeat.beat(args.steps, force=True)
+    heartbeat.at("exiting", args.steps)
+    heartbeat.beat()
     if rank == 0:
         progress.close()
         steps_run = args.steps - start

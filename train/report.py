@@ -1,9 +1,11 @@
 """What rank 0 shows and writes: progress, DIR/metrics.jsonl (and TensorBoard events with
 --report-to tensorboard), DIR/summary.json, DIR/loss.png; and every rank's heartbeat file."""
 
+import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -103,20 +105,43 @@ def plot(records, path):
 
 
 class Heartbeat:
-    """{"step", "steps", "time", "pid"} in a small JSON file, replaced atomically at most once a
-    second (and whenever forced): a watchdog reads it to see that this rank makes progress."""
+    """{"phase", "step", "steps", "progress", "time", "pid"} in a small JSON file, replaced
+    atomically: a watchdog reads it to see that this rank lives and makes progress.
+
+    The caller moves phase (loading, training, evaluating, checkpointing, exiting), step (the
+    steps done) and progress (units of work within the phase, e.g. evaluation batches); a daemon
+    thread rewrites the file every second, so a fresh "time" says the process runs in any phase.
+    mx.eval releases the GIL (measured: the thread beats on through a 10-minute evaluation), so
+    long computations and collectives do not silence it; a stopped process or a hung host does."""
 
     def __init__(self, template, rank, steps):
         self.path = Path(template.replace("{rank}", str(rank))) if template else None
-        self.steps, self.last = steps, 0.0
+        self.steps, self.phase, self.step, self.progress = steps, "loading", 0, 0
+        self.lock = threading.Lock()  # the thread and beat() share the temporary file
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.beat()
+            threading.Thread(target=self.refresh, daemon=True).start()
 
-    def beat(self, step, force=False):
-        now = time.time()
-        if self.path is None or (not force and now - self.last < 1):
+    def at(self, phase, step):
+        self.phase, self.step, self.progress = phase, step, 0
+
+    def advance(self):
+        self.progress += 1
+
+    def refresh(self):
+        while True:
+            time.sleep(1)
+            with contextlib.suppress(OSError):  # a full disk: retried; the watchdog sees the gap
+                self.beat()
+
+    def beat(self):
+        """Write the file now (the thread does every second)."""
+        if self.path is None:
             return
-        self.last = now
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps({"step": step, "steps": self.steps, "time": now,
-                                    "pid": os.getpid()}) + "\n")
-        os.replace(tmp, self.path)
+        record = {"phase": self.phase, "step": self.step, "steps": self.steps,
+                  "progress": self.progress, "time": time.time(), "pid": os.getpid()}
+        with self.lock:
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            tmp.write_text(json.dumps(record) + "\n")
+            os.replace(tmp, self.path)

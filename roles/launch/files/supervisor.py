@@ -8,10 +8,14 @@
 The daemon runs `sh DIR/command.sh` (in DIR, in its own process group, output appended to
 DIR/launch.log) and, on a restart, `sh DIR/command.sh --resume`: command.sh must pass its
 arguments ("$@") on to `python -m train`, with `--heartbeat runs/<run>/logs/rank.{rank}.heartbeat`.
-It watches rank 0's heartbeat DIR/logs/rank.0.heartbeat ({"step", "time", "pid"}) and:
-- a job without a new step for the stall timeout is stalled: it names the suspect rank (stopped
-  or missing process, unreachable host, lowest step), stops the job and restarts it from the
-  latest checkpoint; so does a launcher that exits non-zero without DIR/summary.json;
+It watches every rank's heartbeat (logs/rank.N.heartbeat on its host: {"phase", "step",
+"progress", "time", "pid"}, rewritten every second) and:
+- a rank whose heartbeat is not rewritten for the stall timeout is frozen, and a job whose ranks
+  all go without progress for their phase's limit is stalled (training and evaluation: the
+  stall timeout per step or evaluation batch; a model load and a checkpoint: the startup
+  timeout): it names the suspect rank (stopped or missing process, unreachable host, lowest
+  step), stops the job and restarts it from the latest checkpoint; so does a launcher that exits
+  non-zero without DIR/summary.json;
 - DIR/stop (a reason word; written by `stop`, or by the daemon at --time-limit) makes every
   rank stop at one step with a checkpoint (train/ writes DIR/stopped.json); a job that has not
   stopped --stop-grace seconds later is killed;
@@ -50,6 +54,11 @@ MPI_EXIT = re.compile(r"Process name:\s*\[[^\n]*,(\d+)\]\s*\n\s*Exit code:\s*(\d
 # mlx.launch (ring), which itself exits 0: "Node with rank 1 exited with code 255" / "was killed".
 RING_EXIT = re.compile(r"Node with rank (\d+) (?:exited with code (\d+)|was killed)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+REMOTE_EVERY = 5  # seconds between reads of other hosts' heartbeats (one ssh per host)
+# Phases whose work has no steady unit of progress: a model load (or download) and a checkpoint
+# write get the startup timeout in all; training and evaluation the stall timeout per step or
+# evaluation batch. None: no heartbeat yet (the launcher and Python starting).
+STARTUP_PHASES = (None, "loading", "checkpointing")
 
 
 def failed_rank(text):
@@ -162,6 +171,79 @@ def descendants(pid):
     return found
 
 
+def beat_file(host):
+    """Where a rank of the rank plan writes its heartbeat, on its host."""
+    return Path(host["run_dir"]) / "logs" / f"rank.{host['rank']}.heartbeat"
+
+
+def read_host(address, files):
+    """([each heartbeat file's JSON, or None], {pid: ps state}) from a host, or None when ssh
+    cannot reach it."""
+    script = "".join(f"printf 'hb %s\\n' \"$(cat {shlex.quote(str(f))} 2>/dev/null)\"\n"
+                     for f in files) + "ps -A -o pid= -o stat=\n"
+    code, out = on_host(address, script)
+    if code is None or (address != "local" and code == 255):
+        return None
+    lines = out.splitlines()
+    beats = [parse_json(line[3:]) for line in lines[:len(files)]]
+    states = dict(line.split(None, 1) for line in lines[len(files):] if line.strip())
+    return beats + [None] * (len(files) - len(beats)), states
+
+
+class Watch:
+    """One rank's heartbeat as the supervisor saw it, on its own clock (hosts' clocks differ):
+    when its time last moved (the process runs) and when its work last moved (phase, step,
+    progress: the job advances)."""
+
+    def __init__(self, now):
+        self.beat, self.read, self.alive, self.moved = None, None, now, now
+
+    def see(self, beat, now):
+        if self.beat is None or beat["time"] != self.beat["time"]:
+            self.alive = now
+        if self.beat is None or work(beat) != work(self.beat):
+            self.moved = now
+        self.beat, self.read = beat, now
+
+    def phase(self):
+        return self.beat.get("phase") if self.beat else None
+
+
+def work(beat):
+    return beat.get("phase"), beat["step"], beat.get("progress")
+
+
+def phase_limit(phase, stall, startup):
+    """Seconds a rank in phase may go without progress."""
+    return startup if phase in STARTUP_PHASES else stall
+
+
+def judge_watches(watches, now, stall, startup):
+    """Why the job must be stopped, or None. A rank is frozen (its process stopped, its host
+    hung) when its heartbeat, read again, has not been rewritten for the stall timeout, in any
+    phase but exiting (a rank that has ended beats no more); a host that cannot be read is not
+    judged frozen. The job is stalled when no rank's work has moved within its phase's limit:
+    one rank waiting for another (at a collective, or while rank 0 writes a checkpoint) is no
+    stall while the other advances."""
+    for rank, w in sorted(watches.items()):
+        if w.beat and w.phase() != "exiting" and w.read - w.alive > stall:
+            return (f"rank {rank}'s heartbeat not rewritten for {w.read - w.alive:.0f} s "
+                    f"({w.phase()}, timeout {stall:g} s)")
+    limits = {rank: phase_limit(w.phase(), stall, startup) for rank, w in watches.items()}
+    if all(now - w.moved > limits[rank] for rank, w in watches.items()):
+        return "no progress on any rank: " + ", ".join(
+            f"rank {rank} {w.phase() or 'not started'} for {now - w.moved:.0f} s "
+            f"(timeout {limits[rank]:g} s)" for rank, w in sorted(watches.items()))
+    return None
+
+
+def phases_text(phases):
+    """" (evaluating)", or each rank's phase where they differ; "" without any."""
+    if len(set(phases.values())) > 1:
+        return " (" + ", ".join(f"rank {r} {p}" for r, p in phases.items()) + ")"
+    return f" ({next(iter(phases.values()))})" if phases else ""
+
+
 def exit_code(returncode):
     """A shell's exit status for a Popen return code (a signal N is 128 + N)."""
     return 128 - returncode if returncode < 0 else returncode
@@ -192,12 +274,11 @@ class Supervisor:
     def __init__(self, args, run_dir):
         self.args, self.dir = args, run_dir
         self.hosts = rank_hosts(args.rank_hosts, run_dir)
-        self.beat_path = run_dir / "logs" / "rank.0.heartbeat"
         self.job = {"run": run_dir.name, "supervisor_pid": os.getpid(), "launcher_pid": None,
                     "state": "starting", "reason": None, "restarts": [], "last_step": None,
                     "last_step_time": None, "steps": None, "started": time.time(),
                     "ended": None, "exit_status": None, "suspect": None,
-                    "rank_hosts": self.hosts, "left_out": []}
+                    "rank_hosts": self.hosts, "left_out": [], "phases": {}}
         self.t0 = time.monotonic()
         self.proc = None
         self.hard_stop = False  # SIGTERM from `stop` past its timeout
@@ -309,14 +390,15 @@ class Supervisor:
         for beat in (self.dir / "logs").glob("rank.*.heartbeat"):
             beat.unlink()  # a previous launch's: progress is what this launch writes
         self.launched, self.launched_wall = time.monotonic(), time.time()
-        self.progress_at, self.first_step, self.beat, self.samples = self.launched, None, None, []
+        self.watches = {h["rank"]: Watch(self.launched) for h in self.hosts}
+        self.remote_at, self.beat, self.samples = self.launched, None, []
         self.done_at, self.stopping = None, None
         cmd = [*self.command, *(["--resume"] if resume else [])]
         with open(self.dir / "launch.log", "ab") as out:
             self.log_offset = out.tell()
             self.proc = subprocess.Popen(cmd, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=out,
                                          stderr=subprocess.STDOUT, start_new_session=True)
-        self.update(state="starting", launcher_pid=self.proc.pid, suspect=None)
+        self.update(state="starting", launcher_pid=self.proc.pid, suspect=None, phases={})
         log(f"launched {shlex.join(cmd)} (pid {self.proc.pid})")
         while True:
             try:  # returns as soon as the launcher exits: no poll interval added to every job
@@ -356,26 +438,42 @@ class Supervisor:
                     "killing it")
                 return "stopped", self.stopping[0], self.kill_job()
             return None
-        timeout = self.stall_timeout()
-        if now - self.progress_at > timeout:
-            return self.stalled(now - self.progress_at, timeout)
-        return None
+        why = judge_watches(self.watches, now, self.stall_timeout(), self.args.startup_timeout)
+        return self.stalled(why) if why else None
 
     def watch_progress(self):
-        """Rank 0's heartbeat: a new step is progress; step times feed the auto stall timeout."""
-        beat = read_json(self.beat_path)
-        if not beat or beat["time"] < self.launched_wall - 1 or beat == self.beat:
-            return
+        """Every rank's heartbeat: the ranks on this host at every poll, the others' every
+        REMOTE_EVERY seconds; rank 0's steps are the job's."""
+        now = time.monotonic()
+        remote = now >= self.remote_at
+        self.remote_at += REMOTE_EVERY if remote else 0
+        for address, hosts in self.by_address().items():
+            if address == "local":
+                beats = [read_json(beat_file(h)) for h in hosts]
+            elif not remote or not (read := read_host(address, [beat_file(h) for h in hosts])):
+                continue
+            else:
+                beats = read[0]
+            for h, beat in zip(hosts, beats, strict=True):
+                if beat and beat["time"] >= self.launched_wall - 5:  # not a previous launch's
+                    self.watches[h["rank"]].see(beat, now)
+        beat = self.watches[0].beat
+        if beat and beat.get("phase") != "loading" and (
+                self.beat is None or beat["step"] != self.beat["step"]):
+            self.new_step(beat)
+        phases = {str(r): w.phase() for r, w in sorted(self.watches.items()) if w.beat}
+        if phases != self.job["phases"]:
+            self.update(phases=phases)
+
+    def new_step(self, beat):
+        """Rank 0 at another step: the job's step; step times feed the auto stall timeout."""
         previous, self.beat = self.beat, beat
-        if previous is None:  # the program runs: startup is over, training starts
-            self.first_step, self.progress_at = beat["step"], time.monotonic()
-        elif beat["step"] > previous["step"]:
-            self.progress_at = time.monotonic()
+        if previous and beat["step"] > previous["step"]:
             self.samples = [*self.samples[-99:], (beat["time"] - previous["time"])
                             / (beat["step"] - previous["step"])]
         changes = {"last_step": beat["step"], "last_step_time": beat["time"],
                    "steps": beat.get("steps", self.job["steps"])}
-        if beat["step"] > self.first_step and self.job["state"] == "starting":
+        if self.job["state"] == "starting":
             changes["state"] = "running"
         # Past the checkpoint it resumed from: a fast job may finish before a second beat is read.
         restart = self.job["restarts"][-1] if self.job["restarts"] else None
@@ -384,11 +482,15 @@ class Supervisor:
             log(f"training again at step {beat['step']}")
         self.update(**changes)
 
+    def by_address(self):
+        """The rank plan's hosts by ssh address ("local": this host)."""
+        found = {}
+        for h in self.hosts:
+            found.setdefault(h["address"], []).append(h)
+        return found
+
     def stall_timeout(self):
-        """--stall-timeout, or auto: max(60 s, 20 x the median step time); --startup-timeout
-        until this launch has trained a step."""
-        if self.beat is None or self.beat["step"] == self.first_step:
-            return self.args.startup_timeout
+        """--stall-timeout, or auto: max(60 s, 20 x the median step time)."""
         if self.args.stall_timeout != "auto":
             return float(self.args.stall_timeout)
         return max(60.0, 20 * statistics.median(self.samples)) if self.samples else 60.0
@@ -425,11 +527,10 @@ class Supervisor:
 
     # ------------------------------------------------------------------ stalls and stopping
 
-    def stalled(self, quiet, timeout):
+    def stalled(self, why):
         suspect, responsive = self.find_suspect()
         self.update(suspect=suspect)
-        log(f"stall: no new step for {quiet:.0f} s (timeout {timeout:g} s, last step "
-            f"{self.job['last_step']}); suspect: {suspect}")
+        log(f"stall: {why} (last step {self.job['last_step']}); suspect: {suspect}")
         code = None
         if responsive:  # every process runs: a stop at the next step may still save a checkpoint
             log("every rank is responsive: asking for a graceful stop first")
@@ -447,23 +548,13 @@ class Supervisor:
         state of its process; evidence, strongest first: host unreachable, process stopped
         (state T) or gone, no heartbeat since this launch, lowest step."""
         evidence = []  # (strength, -step, rank, why)
-        by_address = {}
-        for h in self.hosts:
-            by_address.setdefault(h["address"], []).append(h)
-        for address, hosts in by_address.items():
-            files = [str(Path(h["run_dir"]) / "logs" / f"rank.{h['rank']}.heartbeat")
-                     for h in hosts]
-            script = "".join(f"printf 'hb %s\\n' \"$(cat {shlex.quote(f)} 2>/dev/null)\"\n"
-                             for f in files) + "ps -A -o pid= -o stat=\n"
-            code, out = on_host(address, script)
-            if code is None or (address != "local" and code == 255):
+        for address, hosts in self.by_address().items():
+            read = read_host(address, [beat_file(h) for h in hosts])
+            if read is None:
                 evidence += [(4, 0, h["rank"], f"host {address} unreachable over ssh")
                              for h in hosts]
                 continue
-            lines = out.splitlines()
-            beats = [parse_json(line[3:]) for line in lines[:len(hosts)]]
-            beats += [None] * (len(hosts) - len(beats))
-            states = dict(line.split(None, 1) for line in lines[len(hosts):] if line.strip())
+            beats, states = read
             for h, beat in zip(hosts, beats, strict=True):
                 evidence.append(self.judge_rank(h["rank"], beat, states))
         steps = [-e[1] for e in evidence if e[0] == 0]
@@ -628,8 +719,9 @@ def status(args):
     if args.json:
         print(json.dumps(rows, indent=1))
     for job in [] if args.json else rows:
+        phases = "" if job["state"] in (*TERMINAL, "lost") else phases_text(job.get("phases", {}))
         print(f"{job['run']}  {job['state']}  step {job['last_step'] or 0}/{job['steps'] or '?'}"
-              f"  restarts {len(job['restarts'])}  {job['reason'] or ''}".rstrip())
+              f"{phases}  restarts {len(job['restarts'])}  {job['reason'] or ''}".rstrip())
     return 0
 
 
@@ -654,10 +746,12 @@ def parser():
     s.add_argument("--time-limit", type=seconds, metavar="S", help="stop the job (reason "
                    "time_limit) after S seconds in all (default: none)")
     s.add_argument("--stall-timeout", type=stall, default="auto", metavar="S|auto",
-                   help="no new step for S seconds is a stall; auto: max(60, 20 x the median "
-                   "step time) (default: auto)")
-    s.add_argument("--startup-timeout", type=seconds, default=300, metavar="S",
-                   help="stall timeout before a launch's first step (default: 300)")
+                   help="no new step or evaluation batch for S seconds on any rank is a stall, "
+                   "and a rank whose heartbeat is not rewritten for S seconds is frozen; auto: "
+                   "max(60, 20 x the median step time) (default: auto)")
+    s.add_argument("--startup-timeout", type=seconds, default=1800, metavar="S",
+                   help="the stall timeout of a model load (or download) and of a checkpoint "
+                   "write (default: 1800)")
     s.add_argument("--max-restarts", type=int, default=2, metavar="N", help="default: 2")
     s.add_argument("--restart-backoff", type=seconds, default=10, metavar="S",
                    help="wait before the first restart, doubling after each (default: 10)")
