@@ -279,6 +279,7 @@ def test_train_args_only_carry_what_the_user_gave():
 
 def test_request_takes_the_tables_defaults():
     assert request()["backend"] == "mpi" and request()["time_limit"] == 86400
+    assert request()["startup_timeout"] == 1800
     assert request(backend="ring")["backend"] == "ring"
     assert request(resume="yes")["resume"] is True
     assert request(resume="maybe")["resume"] == "maybe"  # left for launch_request_errors
@@ -380,7 +381,9 @@ def test_good_request_has_no_errors():
      ({"backend": "ring", "np": "2"}, "np: the ring backend starts one rank per slot"),
      ({"backend": "ring", "mpi_extra_args": "-v"}, "mpi_extra_args: only the mpi backend"),
      ({"backend": "jaccl"}, "backend: jaccl runs over RDMA between Macs cabled point to point"),
-     ({"time_limit": "1h"}, "time_limit: '1h' is not an integer from 1 to 31536000")],
+     ({"time_limit": "1h"}, "time_limit: '1h' is not an integer from 1 to 31536000"),
+     ({"startup_timeout": "5"}, "startup_timeout: '5' is not an integer from 10 to 86400"),
+     ({"startup_timeout": "30m"}, "startup_timeout: '30m' is not an integer from 10 to 86400")],
 )
 def test_bad_request_names_the_variable(request_, start):
     errors = launch.launch_request_errors(request_, CLUSTER)
@@ -537,8 +540,9 @@ def test_controller_paths_are_resolved_where_the_user_typed_them(tmp_path, monke
      ("iters", "steps"), ("runname", "run_name"), ("max-restarts", "max_restarts"),
      # Near misses that used to pass without a word: an alias, one word of an option, one edit.
      ("epochs", "steps"), ("restarts", "max_restarts"), ("limit", "time_limit"),
-     ("timeout", "stall_timeout"), ("stpes", "steps"), ("widht", "width"), ("seeds", "seed"),
-     ("bacth_size", "batch_size"), ("every", "eval_every, checkpoint_every or log_every")],
+     ("timeout", "stall_timeout or startup_timeout"), ("stpes", "steps"), ("widht", "width"),
+     ("seeds", "seed"), ("bacth_size", "batch_size"),
+     ("every", "eval_every, checkpoint_every or log_every")],
 )
 def test_misspelt_options_name_the_one_meant(name, meant):
     names = [name, "steps", "ansible_host", "cluster_work_dir", "mpi_slots", "playbook_dir",

@@ -19,15 +19,15 @@ BACKENDS = ("mpi", "ring", "jaccl", "jaccl-ring")
 MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")
 # Options of the launch itself; every other request option is a `python -m train` flag.
 LAUNCHER_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "time_limit",
-                    "stall_timeout", "max_restarts", "follow_reconnect", "elastic", "attach",
-                    "stop", "status")
+                    "stall_timeout", "startup_timeout", "max_restarts", "follow_reconnect",
+                    "elastic", "attach", "stop", "status")
 # fullmatch: `$` alone would let a trailing line break through (it breaks command.sh).
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # Characters of any one value: more is a slip (a pasted file), not a path or a command.
 VALUE_MAX = 4096
 # The launcher's numbers: (least, most) — far beyond a real run, low enough to catch a slip.
 LAUNCHER_NUMBERS = {"time_limit": (1, 365 * 86400), "max_restarts": (0, None),
-                    "follow_reconnect": (0, 86400)}
+                    "follow_reconnect": (0, 86400), "startup_timeout": (10, 86400)}
 STALL_TIMEOUT = (10, 86400)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
@@ -557,7 +557,7 @@ def launch_rdma_errors(infos, hostfile, rank_hosts):
 
 REASONS = {
     "rank_failed": "a rank failed",
-    "stall": "the job stalled (no new step within the stall timeout)",
+    "stall": "the job stalled (no progress within its phase's timeout, or a rank frozen)",
     "max_restarts": "it kept failing after every automatic restart",
 }
 

@@ -1,0 +1,93 @@
+"""roles/launch/files/supervisor.py's watchdog judgement: each rank's heartbeat as seen on the
+supervisor's clock (time rewritten: the process runs; phase, step, progress moved: the job
+advances), judged per phase with the stall and startup timeouts."""
+
+from tests.unit.plugins import load
+
+supervisor = load("roles/launch/files/supervisor.py")
+STALL, STARTUP = 10, 100
+
+
+def beat(phase, step=0, progress=0, time=0.0):
+    return {"phase": phase, "step": step, "steps": 50, "progress": progress, "time": time,
+            "pid": 7}
+
+
+def watches(*seen):
+    """{rank: Watch} from each rank's [(supervisor time, heartbeat), ...]."""
+    made = {}
+    for rank, beats in enumerate(seen):
+        made[rank] = supervisor.Watch(0)
+        for now, b in beats:
+            made[rank].see(b, now)
+    return made
+
+
+def judge(seen, now):
+    return supervisor.judge_watches(seen, now, STALL, STARTUP)
+
+
+def refreshed(phase, until, step=0, progress=0):
+    """A live rank's heartbeats, rewritten every second up to until, its work not moving."""
+    return [(t, beat(phase, step, progress, time=1000.0 + t)) for t in range(until + 1)]
+
+
+def test_a_long_evaluation_advancing_batch_by_batch_is_no_stall():
+    evaluating = [(t, beat("evaluating", 40, progress=t // 8, time=1000.0 + t))
+                  for t in range(300)]
+    assert judge(watches(evaluating, evaluating), 300) is None
+
+
+def test_ranks_waiting_for_one_that_advances_are_no_stall():
+    # ranks 0 and 2 wait at the evaluation's all_sum; rank 1, slower, is still evaluating
+    slow = [(t, beat("evaluating", 40, progress=t // 5, time=1000.0 + t)) for t in range(61)]
+    waiting = refreshed("evaluating", 60, step=40, progress=3)
+    assert judge(watches(waiting, slow, waiting), 60) is None
+    # rank 0 writes a checkpoint for longer than the stall timeout; the others wait in training
+    assert judge(watches(refreshed("checkpointing", 60, step=40),
+                         refreshed("training", 60, step=40)), 60) is None
+
+
+def test_no_progress_anywhere_is_a_stall_after_the_phases_limit():
+    stuck = refreshed("evaluating", 30, step=40, progress=3)
+    assert judge(watches(stuck, stuck), STALL - 1) is None
+    why = judge(watches(stuck, stuck), 30)
+    assert why.startswith("no progress on any rank: rank 0 evaluating for 30 s (timeout 10 s)")
+    training = refreshed("training", 30, step=41)
+    assert "rank 1 training for 30 s" in judge(watches(stuck, training), 30)
+
+
+def test_a_load_or_a_checkpoint_has_the_startup_timeout():
+    loading = refreshed("loading", 99)
+    assert judge(watches(loading, loading), 99) is None
+    assert "rank 0 loading for 101 s (timeout 100 s)" in judge(watches(loading, loading), 101)
+    writing = refreshed("checkpointing", 99, step=40)
+    assert judge(watches(writing, refreshed("training", 99, step=40)), 99) is None
+    # before any heartbeat (Python and MPI starting): the startup timeout too
+    assert judge(watches([], []), 99) is None
+    assert "rank 0 not started for 101 s" in judge(watches([], []), 101)
+
+
+def test_a_rank_whose_heartbeat_stops_is_frozen_in_any_phase():
+    for phase in ("loading", "training", "evaluating", "checkpointing"):
+        frozen = [(t, beat(phase, time=1000.0)) for t in range(13)]  # read, never rewritten
+        loading = refreshed("loading", 12)
+        assert judge(watches(loading, frozen[:STALL]), STALL - 1) is None
+        assert judge(watches(loading, frozen), 12) == (
+            f"rank 1's heartbeat not rewritten for 12 s ({phase}, timeout 10 s)")
+
+
+def test_a_rank_that_cannot_be_read_or_has_ended_is_not_frozen():
+    # read at 0 s, then its host stopped answering: unknown, not frozen (the others decide)
+    unread = [(0, beat("training", time=1000.0))]
+    assert judge(watches(refreshed("loading", 60), unread), 60) is None
+    # a rank that finished: its last heartbeat says exiting and is never rewritten again
+    ended = [(t, beat("exiting", 50, time=1000.0)) for t in range(30)]
+    assert judge(watches(refreshed("exiting", 5, step=50), ended), 5) is None
+
+
+def test_status_shows_the_phase_or_each_ranks_phase():
+    assert supervisor.phases_text({}) == ""
+    assert supervisor.phases_text({"0": "evaluating", "1": "evaluating"}) == " (evaluating)"
+    assert supervisor.phases_text({"0": "training", "1": "loading"}) == (
+        " (rank 0 training, rank 1 loading)")
