@@ -227,6 +227,19 @@ ROWS = [
                for i, h in ((1, "a"), (2, "b"))},
               "cluster: thunderbolt_cables entry 2 names 'c', which is not in the inventory",
               "cable to an unknown host"),
+    # A cable port is a Thunderbolt port: never a bridge or loopback (en0 and the management
+    # interface are judged at setup, from the hosts' ports and facts: tests/unit); the pool is
+    # address space no one routes.
+    inventory(cabled([["a", "bridge0", "b", "en2"], ["b", "en3", "c", "en2"]]),
+              "a: thunderbolt_cables entry 1 interface bridge0 is a loopback or bridge interface, "
+              "not a cable port", "bridge0 as a cable port"),
+    inventory(cabled([["a", "en2", "b", "en2"], ["b", "lo0", "c", "en2"]]),
+              "b: thunderbolt_cables entry 2 interface lo0 is a loopback or bridge interface",
+              "lo0 as a cable port"),
+    inventory({h: {**v, "thunderbolt_cable_pool": "8.8.8.0/24"} for h, v in cabled(CHAIN).items()},
+              "cluster: thunderbolt_cable_pool 8.8.8.0/24 is public address space — use private "
+              "(10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16), shared (100.64.0.0/10) or benchmark "
+              "(198.18.0.0/15) space", "public cable pool"),
 ]
 
 

@@ -272,9 +272,15 @@ def test_thunderbolt_ip_is_refused_with_cables():
                    "network, e.g. 198.18.0.0/24"),
     ("198.18.0.7/24", "cluster: thunderbolt_cable_pool 198.18.0.7/24 is not a network address — "
                       "use 198.18.0.0/24"),
-    ("169.254.0.0/16", "cluster: thunderbolt_cable_pool 169.254.0.0/16 is a loopback, "
-                       "link-local, multicast or reserved range — use a private range such as "
-                       "10.213.0.0/24"),
+    ("169.254.0.0/16", "cluster: thunderbolt_cable_pool 169.254.0.0/16 is not private, shared "
+                       "or benchmark address space — use private (10.0.0.0/8, 172.16.0.0/12, "
+                       "192.168.0.0/16), shared (100.64.0.0/10) or benchmark (198.18.0.0/15) "
+                       "space, e.g. 10.213.0.0/24"),
+    # Public space would shadow real hosts on the internet for every rank.
+    ("8.8.8.0/24", "cluster: thunderbolt_cable_pool 8.8.8.0/24 is public address space — use "
+                   "private"),
+    ("10.0.0.0/7", "cluster: thunderbolt_cable_pool 10.0.0.0/7 is not private, shared or "
+                   "benchmark address space"),
     ("198.18.0.0/29", "cluster: thunderbolt_cable_pool 198.18.0.0/29 holds 2 cable(s) (a /30 "
                       "each) but there are 3 — use a /28 or larger, e.g. 198.18.0.0/28"),
 ])
@@ -326,6 +332,19 @@ def test_a_cable_with_a_bad_interface_name():
         "use the device `networksetup -listallhardwareports` shows for the port (macOS, e.g. "
         "en2) or `ip link` shows (Linux)",
     ]
+
+
+@pytest.mark.parametrize("port", ["bridge0", "lo0", "lo", "br0", "br-5f2c", "virbr0", "docker0"])
+def test_a_loopback_or_bridge_is_no_cable_port(port):
+    assert errors(cabled([["mac1", port, "mac2", "en2"], ["mac2", "en3", "mac3", "en2"]])) == [
+        f"mac1: thunderbolt_cables entry 1 interface {port} is a loopback or bridge interface, "
+        "not a cable port — use the device of the Thunderbolt port the cable is in (macOS: a "
+        "\"Thunderbolt N\" port of `networksetup -listallhardwareports`, e.g. en2; Linux: `ip "
+        "link`)"
+    ]
+    # Names that merely begin like one are ports.
+    assert errors(cabled([["mac1", "bridgeport1x", "mac2", "en2"], ["mac2", "lom1", "mac3",
+                                                                     "en2"]])) == []
 
 
 def test_a_host_cabled_to_itself():

@@ -170,3 +170,58 @@ def test_over_cables_open_mpi_reaches_two_hosts_and_jaccl_only_runs_over_rdma():
     assert networks.network_errors("thunderbolt", two, "cables", "mpi", pair["topology"]) == []
     [error] = networks.network_errors("management", hosts, "cables", "jaccl-ring", ring)
     assert error.startswith("network: jaccl-ring runs over the cables' RDMA devices only")
+
+
+def host_facts(linux=True, **extra):
+    """A cabled host's facts: en0 its management interface (198.18.1.11), en2 and en3 its cable
+    ports (en2 with its /30 from an earlier setup), lo and bridge0 as Ansible types them."""
+    base = facts("en0", "198.18.1.11", linux)
+    ipv4 = {"address": "198.19.1.1", "netmask": "255.255.255.252"}
+    return {**base, "interfaces": ["lo", "en0", "en2", "en3", "bridge0", *extra],
+            "lo": {"type": "loopback", "ipv4": {"address": "127.0.0.1", "netmask": "255.0.0.0"}},
+            "en2": {"type": "ether", "ipv4": ipv4 if linux else [ipv4]},
+            "en3": {"type": "ether"}, "bridge0": {"type": "bridge"},
+            **{name: {"type": "ether", "ipv4": {"address": address, "netmask": "255.255.255.0"}}
+               for name, address in extra.items()}}
+
+
+FIX = ("correct the port in thunderbolt_cables: the device of the Thunderbolt port the cable is "
+       "in (macOS: a \"Thunderbolt N\" port of `networksetup -listallhardwareports`; Linux: "
+       "`ip link`)")
+
+
+@pytest.mark.parametrize("linux", [True, False], ids=["linux", "macos"])
+def test_cable_ports_and_networks_that_pass(linux):
+    assert networks.cable_host_errors(["en2", "en3"], host_facts(linux), POOL, "a",
+                                      "198.18.1.11") == []
+    # A /30 of the pool on a port no longer cabled is an earlier setup's, not another network.
+    assert networks.cable_host_errors(["en3"], host_facts(linux), POOL, "a", "198.18.1.11") == []
+
+
+def test_the_management_interface_a_loopback_or_a_bridge_is_no_cable_port():
+    found = networks.cable_host_errors(["en0", "lo", "bridge0"], host_facts(), POOL, "a",
+                                       "198.18.1.11")
+    assert found == [
+        f"a: cable port en0 is the interface Ansible and the other hosts reach a on (its "
+        f"management network) — {FIX}",
+        f"a: cable port lo is a loopback interface — {FIX}",
+        f"a: cable port bridge0 is a bridge interface — {FIX}",
+    ]
+    # With a DNS name as ansible_host, the default route's interface is the management one.
+    routed = {**host_facts(), "default_ipv4": {"interface": "en0", "address": "198.18.1.11"}}
+    assert networks.cable_host_errors(["en0"], routed, POOL, "a")[0].startswith(
+        "a: cable port en0 is the interface Ansible")
+
+
+def test_a_network_of_the_host_inside_the_pool():
+    found = networks.cable_host_errors(["en2"], host_facts(en5="198.19.1.77"), POOL, "a",
+                                       "198.18.1.11")
+    assert found == ["a: en5 is on 198.19.1.0/24, which overlaps thunderbolt_cable_pool "
+                     "198.19.1.0/24 — set thunderbolt_cable_pool to a range none of the hosts' "
+                     "networks uses"]
+    # A larger network around the pool overlaps it too.
+    wide = host_facts(en5="198.19.200.1")
+    wide["en5"]["ipv4"]["netmask"] = "255.255.0.0"
+    assert networks.cable_host_errors(["en2"], wide, POOL, "a", "198.18.1.11") == [
+        "a: en5 is on 198.19.0.0/16, which overlaps thunderbolt_cable_pool 198.19.1.0/24 — set "
+        "thunderbolt_cable_pool to a range none of the hosts' networks uses"]

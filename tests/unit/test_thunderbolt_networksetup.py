@@ -6,10 +6,12 @@ where a sample names services, a change of name is said at the sample).
 """
 
 import pytest
+import yaml
 
-from tests.unit.plugins import load
+from tests.unit.plugins import ROOT, load
 
 networksetup = load("roles/thunderbolt/filter_plugins/networksetup.py")
+discovery = load("roles/cluster/filter_plugins/discovery.py")
 
 # Thunderbolt Bridge of a Mac whose Thunderbolt ports see no peer yet: no IPv4 lines at all.
 TB_BRIDGE_FRESH = """DHCP Configuration
@@ -319,6 +321,55 @@ def test_bridge_topology_reads_the_bridge_service_as_its_link():
     assert not off["links"][0]["manual"]
 
 
+# A real `networksetup -listallhardwareports` (tests/unit/data/thunderbolt_outputs.yml: a Mac
+# with Wi-Fi en0, the Thunderbolt Bridge bridge0 and Thunderbolt ports en1, en2, en6).
+RECORDED_PORTS = discovery.networksetup_hardware_ports(yaml.safe_load(
+    (ROOT / "tests/unit/data/thunderbolt_outputs.yml").read_text())[
+    "osaurus_peer_hardware_ports"]["output"])
+PORT_FIX = ("correct the port in thunderbolt_cables (the Device of a \"Thunderbolt N\" port), or "
+            "recreate the ports with `sudo networksetup -detectnewhardware`")
+
+
+def test_a_cable_port_must_be_a_thunderbolt_port_of_the_mac():
+    links = [_link(port, "10.213.0.1") for port in ("en1", "en0", "bridge0", "en3", "en9")]
+    state = _state(links, SERVICE_ORDER, RECORDED_PORTS, {})
+    assert networksetup.networksetup_port_errors(state["links"], "mac1") == [
+        f"mac1: cable port en0 is the Mac's \"Wi-Fi\" port, not a Thunderbolt port — {PORT_FIX}",
+        "mac1: cable port bridge0 is the Mac's \"Thunderbolt Bridge\" port, not a Thunderbolt "
+        f"port — {PORT_FIX}",
+        "mac1: cable port en3 is the Mac's \"Ethernet Adapter (en3)\" port, not a Thunderbolt "
+        f"port — {PORT_FIX}",
+        "mac1: cable port en9 is no hardware port of this Mac (`networksetup "
+        f"-listallhardwareports`) — {PORT_FIX}",
+    ]
+    assert networksetup.networksetup_port_errors(state["links"][:1], "mac1") == []
+
+
+@pytest.mark.parametrize(
+    ("sample", "argv"),
+    [(MANUAL, ["-setmanual", "Thunderbolt Bridge", "198.19.0.2", "255.255.255.0", ""]),
+     (WIFI_MANUAL, ["-setmanual", "Thunderbolt Bridge", "198.19.1.16", "255.255.255.0",
+                    "198.19.1.1"]),
+     (TB_BRIDGE_FRESH, ["-setdhcp", "Thunderbolt Bridge"]),
+     (DHCP_LEASE, ["-setdhcp", "Thunderbolt Bridge"]),
+     (MANUAL_EMPTY, ["-setdhcp", "Thunderbolt Bridge"]),
+     ("BOOTP Configuration\n", ["-setbootp", "Thunderbolt Bridge"])],
+    ids=["manual", "manual-with-router", "fresh", "dhcp", "manual-without-address", "bootp"])
+def test_reset_gives_the_bridge_back_the_settings_it_had_before_setup(sample, argv):
+    link = _link("bridge0", "198.19.0.9", connection="Thunderbolt Bridge")
+    state = _state([link], SERVICE_ORDER, {"Thunderbolt Bridge": "bridge0"},
+                   {"Thunderbolt Bridge": sample})
+    before = state["links"][0]["ipv4"]  # what setup records before its -setmanual
+    assert networksetup.networksetup_restore_argv(before, "Thunderbolt Bridge") == [
+        "networksetup", *argv]
+
+
+def test_reset_without_a_record_returns_to_dhcp():
+    assert networksetup.networksetup_restore_argv(None, "Thunderbolt Bridge") == [
+        "networksetup", "-setdhcp", "Thunderbolt Bridge"]
+
+
 def test_filter_names():
-    assert set(networksetup.FilterModule().filters()) == {"networksetup_probes",
-                                                          "networksetup_state"}
+    assert set(networksetup.FilterModule().filters()) == {
+        "networksetup_port_errors", "networksetup_probes", "networksetup_restore_argv",
+        "networksetup_state"}

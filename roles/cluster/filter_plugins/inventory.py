@@ -453,6 +453,20 @@ def _check_topology(topology):
     return [f"cluster: thunderbolt_topology {str(topology)!r} is not a topology — use {choices}"]
 
 
+# Where a cable pool may lie: address space no one routes on the internet. Private (RFC 1918),
+# shared (RFC 6598, carrier-grade NAT) and benchmark (RFC 2544) space.
+POOL_SPACES = {
+    "private": [ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12",
+                                                   "192.168.0.0/16")],
+    "shared": [ipaddress.IPv4Network("100.64.0.0/10")],
+    "benchmark": [ipaddress.IPv4Network("198.18.0.0/15")],
+}
+# Interfaces a cable never ends on, whatever the system: loopback and (software) bridges, the
+# Thunderbolt Bridge included; en0 and the management interface are judged from the host's
+# facts and ports at setup (roles/thunderbolt).
+_NOT_A_CABLE_PORT = re.compile(r"(lo|bridge|br|virbr|docker)\d*|br-.*|lo:.*")
+
+
 def _pool_errors(pool, cables):
     """(the pool as a network or None, errors): an IPv4 network with room for every cable."""
     field = "cluster: thunderbolt_cable_pool"
@@ -466,9 +480,13 @@ def _pool_errors(pool, cables):
         return None, [f"{field} {text} has no prefix length — write the network, e.g. {text}/24"]
     if str(network.network_address) != text.split("/")[0].strip():
         return None, [f"{field} {text} is not a network address — use {network}"]
-    if network.is_loopback or network.is_multicast or network.is_link_local or network.is_reserved:
-        return None, [f"{field} {network} is a loopback, link-local, multicast or reserved range "
-                      "— use a private range such as 10.213.0.0/24"]
+    spaces = [space for listed in POOL_SPACES.values() for space in listed]
+    if not any(network.subnet_of(space) for space in spaces):
+        public = network.is_global and not any(network.overlaps(space) for space in spaces)
+        kind = "public" if public else "not private, shared or benchmark"
+        return None, [f"{field} {network} is {kind} address space — use private (10.0.0.0/8, "
+                      "172.16.0.0/12, 192.168.0.0/16), shared (100.64.0.0/10) or benchmark "
+                      "(198.18.0.0/15) space, e.g. 10.213.0.0/24"]
     room = network.num_addresses // 4  # a /30 per cable
     if not room:
         return None, [f"{field} {network} is smaller than the /30 one cable needs — use a /24 "
@@ -524,6 +542,13 @@ def cable_errors(cables, hosts, pool):
                     f"{_label(host)}: {entry} interface {interface!r} is not an interface name — "
                     "use the device `networksetup -listallhardwareports` shows for the port "
                     "(macOS, e.g. en2) or `ip link` shows (Linux)"
+                )
+            elif _NOT_A_CABLE_PORT.fullmatch(interface):
+                problems.append(
+                    f"{_label(host)}: {entry} interface {interface} is a loopback or bridge "
+                    "interface, not a cable port — use the device of the Thunderbolt port the "
+                    "cable is in (macOS: a \"Thunderbolt N\" port of `networksetup "
+                    "-listallhardwareports`, e.g. en2; Linux: `ip link`)"
                 )
         if cable[0] == cable[2] and not problems:
             problems.append(f"{_label(cable[0])}: {entry} ({_cable_label(cable)}) cables "

@@ -17,18 +17,60 @@ def cluster_default_network(hosts, topology="bridge"):
     return "thunderbolt" if topology == "cables" or bridged else "management"
 
 
+def _ipv4(facts, name):
+    """[(address, network)] of an interface in Ansible facts: macOS lists its IPv4 entries, Linux
+    gives one and its secondaries."""
+    iface = facts.get(name.replace("-", "_")) or {}
+    ipv4 = iface.get("ipv4") or []
+    entries = (ipv4 if isinstance(ipv4, list) else [ipv4]) + list(iface.get("ipv4_secondaries")
+                                                                  or [])
+    return [(entry["address"], ipaddress.IPv4Network(
+                f"{entry['address']}/{entry.get('netmask') or entry.get('prefix') or '32'}",
+                strict=False))
+            for entry in entries if isinstance(entry, dict) and entry.get("address")]
+
+
 def _iface_with(facts, address):
     """(name, network) of the interface in Ansible facts that carries IPv4 `address`."""
     for name in facts.get("interfaces", []):
-        iface = facts.get(name.replace("-", "_")) or {}
-        ipv4 = iface.get("ipv4") or []
-        for entry in (ipv4 if isinstance(ipv4, list) else [ipv4]) + list(
-            iface.get("ipv4_secondaries") or []
-        ):
-            if isinstance(entry, dict) and entry.get("address") == address:
-                mask = entry.get("netmask") or entry.get("prefix") or "32"
-                return name, ipaddress.IPv4Network(f"{address}/{mask}", strict=False)
+        for found, network in _ipv4(facts, name):
+            if found == address:
+                return name, network
     return None, None
+
+
+def cable_host_errors(ports, facts, pool, name, management_ip=None):
+    """What a host's facts (network subset) say against its cables, at setup, one message each
+    with its fix: a cable port that is its management interface (the default route's, or the one
+    with its management address), a loopback or a bridge; another network of the host inside the
+    cable pool, which the cables' routes would shadow.
+
+    ports: the host's cable ports (its entries of cluster_cable_plan); pool:
+    thunderbolt_cable_pool; management_ip: cluster_hosts' management_ip. A /30 of the pool on a
+    port is a cable end setup gave (this run's, or an earlier one's on a port since uncabled).
+    """
+    pool = ipaddress.IPv4Network(pool)
+    management = {(facts.get("default_ipv4") or {}).get("interface"),
+                  _iface_with(facts, management_ip)[0]} - {None}
+    fix = ("correct the port in thunderbolt_cables: the device of the Thunderbolt port the cable "
+           "is in (macOS: a \"Thunderbolt N\" port of `networksetup -listallhardwareports`; "
+           "Linux: `ip link`)")
+    errors = []
+    for port in ports:
+        kind = (facts.get(port.replace("-", "_")) or {}).get("type")
+        if port in management:
+            errors.append(f"{name}: cable port {port} is the interface Ansible and the other "
+                          f"hosts reach {name} on (its management network) — {fix}")
+        elif kind in ("loopback", "bridge"):
+            errors.append(f"{name}: cable port {port} is a {kind} interface — {fix}")
+    for iface in facts.get("interfaces", []):
+        for _, network in [] if iface in ports else _ipv4(facts, iface):
+            ours = network.prefixlen == 30 and network.subnet_of(pool)
+            if network.overlaps(pool) and not ours:
+                errors.append(f"{name}: {iface} is on {network}, which overlaps "
+                              f"thunderbolt_cable_pool {pool} — set thunderbolt_cable_pool to a "
+                              "range none of the hosts' networks uses")
+    return errors
 
 
 def cluster_networks(hosts, facts_by_host, thunderbolt_interface, cables=None, labels=None):
@@ -123,6 +165,7 @@ class FilterModule:
     def filters(self):
         return {
             "cluster_default_network": cluster_default_network,
+            "cable_host_errors": cable_host_errors,
             "cluster_networks": cluster_networks,
             "network_errors": network_errors,
         }

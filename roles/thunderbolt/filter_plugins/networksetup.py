@@ -101,12 +101,47 @@ def networksetup_probes(links):
     ]
 
 
+def _thunderbolt_port(port):
+    """A hardware port a cable plugs into: "Thunderbolt N", not the bridge over them."""
+    return bool(port) and port.startswith("Thunderbolt ") and port != "Thunderbolt Bridge"
+
+
+def networksetup_port_errors(links, host):
+    """The cables topology's links (networksetup_state's) whose interface is no Thunderbolt port
+    of this Mac, one message each with its fix: en0 is the Wi-Fi or Ethernet port, bridge0 the
+    Thunderbolt Bridge (a cable port would get its own network service, mlx-en0, and address)."""
+    errors = []
+    for link in links:
+        port = link["hardware_port"]
+        if _thunderbolt_port(port):
+            continue
+        what = (f"is the Mac's \"{port}\" port, not a Thunderbolt port" if port else
+                "is no hardware port of this Mac (`networksetup -listallhardwareports`)")
+        errors.append(f"{host}: cable port {link['interface']} {what} — correct the port in "
+                      "thunderbolt_cables (the Device of a \"Thunderbolt N\" port), or recreate "
+                      "the ports with `sudo networksetup -detectnewhardware`")
+    return errors
+
+
+def networksetup_restore_argv(before, service):
+    """networksetup argv that gives a service back the IPv4 settings `before` (its
+    networksetup_info before setup first changed it) shows: the manual address, or DHCP or BOOTP;
+    DHCP when nothing was recorded (a setup from before the record)."""
+    before = before or {}
+    if before.get("method") == "Manual" and before.get("ip_address") and before.get(
+            "subnet_mask"):
+        return ["networksetup", "-setmanual", service, before["ip_address"],
+                before["subnet_mask"], before.get("router") or ""]
+    if before.get("method") == "BOOTP":
+        return ["networksetup", "-setbootp", service]
+    return ["networksetup", "-setdhcp", service]
+
+
 def _ours(service, connection_prefix):
     """A network service this role creates in the cables topology: <prefix><device> on a
     Thunderbolt port (not the bridge)."""
-    port = service["hardware_port"] or ""
     return (bool(service["device"]) and service["name"] == connection_prefix + service["device"]
-            and port.startswith("Thunderbolt ") and port != "Thunderbolt Bridge")
+            and _thunderbolt_port(service["hardware_port"]))
 
 
 def networksetup_state(results, links, connection_prefix, bridge_service, hardware_ports):
@@ -117,8 +152,9 @@ def networksetup_state(results, links, connection_prefix, bridge_service, hardwa
     networksetup_hardware_ports (roles/cluster/filter_plugins/discovery.py) reads it. Returns
     {"services": networksetup_service_order(...),
      "links": each link plus "hardware_port" (the port whose device is the link's interface,
-              or None), "service" (its network service or None) and "manual" (the service
-              already has exactly this manual address and prefix length),
+              or None), "service" (its network service or None), "manual" (the service
+              already has exactly this manual address and prefix length) and "ipv4" (the
+              service's IPv4 settings now, networksetup_info),
      "bridge_enabled": bridge_service exists and is enabled,
      "bridge_disabled": bridge_service exists and is disabled,
      "ours": names of the services this role created (cables: <prefix><device>),
@@ -139,6 +175,7 @@ def networksetup_state(results, links, connection_prefix, bridge_service, hardwa
             "service": service,
             "manual": service is not None
             and networksetup_is_manual(info, link["address"], link["prefix"]),
+            "ipv4": info,
         })
     bridge = by_name.get(bridge_service)
     ours = [s["name"] for s in services if _ours(s, connection_prefix)]
@@ -156,6 +193,8 @@ def networksetup_state(results, links, connection_prefix, bridge_service, hardwa
 class FilterModule:
     def filters(self):
         return {
+            "networksetup_port_errors": networksetup_port_errors,
             "networksetup_probes": networksetup_probes,
+            "networksetup_restore_argv": networksetup_restore_argv,
             "networksetup_state": networksetup_state,
         }
