@@ -157,6 +157,34 @@ def test_an_unplugged_cable_fails_setup_naming_it_by_both_ends(cabled):
     assert broken.changed() == []
 
 
+def test_the_management_interface_as_a_cable_port_or_a_pool_in_use_fails_setup(cabled):
+    """From the hosts' facts, before any address changes: a cable listed on en0 (the interface
+    Ansible reaches the host on) and a host with another network inside the pool."""
+    if len(cabled.vc.hosts) != 3:
+        pytest.skip("the ring of 3 shows both")
+    listed = [[c.a, "en0" if i == 0 else c.a_if, c.b, c.b_if]
+              for i, c in enumerate(cabled.vc.cables)]
+    crowded = cabled.vc.hosts[-1].name
+    theirs = f"{ipaddress.ip_network(cabled.pool)[200]}/24"  # the pool, on its en0
+    cabled.vc.run(crowded, ["ip", "addr", "add", theirs, "dev", "en0"])
+    try:
+        refused = cabled.run("setup.yml", "on-en0", cmdline="--tags thunderbolt",
+                             extravars={"thunderbolt_cables": listed})
+    finally:
+        cabled.vc.run(crowded, ["ip", "addr", "del", theirs, "dev", "en0"])
+    assert refused.status == "failed"
+    messages = sorted(refused.failure_messages())
+    assert messages == sorted([
+        f"{listed[0][0]}: cable port en0 is the interface Ansible and the other hosts reach "
+        f"{listed[0][0]} on (its management network) — correct the port in thunderbolt_cables: "
+        "the device of the Thunderbolt port the cable is in (macOS: a \"Thunderbolt N\" port of "
+        "`networksetup -listallhardwareports`; Linux: `ip link`)",
+        f"{crowded}: en0 is on {cabled.pool}, which overlaps thunderbolt_cable_pool "
+        f"{cabled.pool} — set thunderbolt_cable_pool to a range none of the hosts' networks uses",
+    ]), messages
+    assert refused.changed() == []
+
+
 def test_reset_removes_every_address_it_added_and_nothing_else(cabled):
     host = cabled.vc.hosts[-1].name
     port = cabled.plan["hosts"][host][0]["interface"]
