@@ -31,7 +31,7 @@ def shown_request(tmp_path, *extra):
     shown = out.split("Show the request", 1)[1].split("msg:", 1)[1].split("\n\n", 1)[0]
     options, batch = shown.split(" — ")
     # The default batch on 3 ranks: as even a split as there is, and the play says so.
-    assert batch.strip() == "global batch 64 (22/21/21 per rank)"
+    assert " ".join(batch.split()) == "global batch 64 (22/21/21 per rank)"  # wrapped or not
     return dict(word.split("=", 1) for word in options.split())
 
 
