@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import report
+from . import durable, report
 
 PLACEHOLDERS = ("model", "data")
 # What mpirun / mlx.launch tell each process about its place in the world.
@@ -118,6 +118,6 @@ def run(args):
         summary = {"command": args.command, "argv": words, "world_size": size,
                    "output_lines": progress, "wall_time_s": seconds}
         # Last: train.yml takes summary.json as the sign that the job is complete.
-        (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        durable.write_atomic(out / "summary.json", json.dumps(summary, indent=1) + "\n")
     os.close(alive_w)
     return code

@@ -14,7 +14,7 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten
 
-from . import checkpoint, cli, data, distributed, lora, models, report
+from . import checkpoint, cli, data, distributed, durable, lora, models, report
 from .errors import fail
 
 # A resumed run must have these settings of the run it continues.
@@ -66,27 +66,39 @@ def evaluate(model, split, batch_size, group, heartbeat):
 
 
 def restore(args, model, optimizer, group):
-    """The step to start from: rank 0 reads the latest checkpoint (if resuming) and every rank
-    takes rank 0's step, parameters and optimizer state."""
-    step = 0
-    latest = checkpoint.latest(args.out) if group.rank() == 0 else None
-    if latest and not args.resume:
-        fail(f"--out {args.out} already has checkpoints; pass --resume to continue from "
-                 f"{latest.name} or choose another --out")
-    if latest:
-        state = checkpoint.load(latest, model, optimizer)
-        for key in SAME_ON_RESUME:
-            # A checkpoint from before a setting existed was made with its default.
-            saved = state["config"].get(key, cli.parser().get_default(key))
-            if saved != config(args)[key]:
-                fail(f"--resume: {latest} was made with --{key.replace('_', '-')} "
-                         f"{saved}, not {config(args)[key]}")
-        step = state["step"]
-        report.say(f"resuming from {latest} (step {step})")
+    """(the step to start from, the broken checkpoints skipped): rank 0 loads the newest intact
+    checkpoint (if resuming) and every rank takes rank 0's step, parameters and optimizer state."""
+    step, skipped = load_newest(args, model, optimizer) if group.rank() == 0 else (0, [])
     optimizer.learning_rate = args.lr
     model.update(distributed.from_rank0(model.trainable_parameters(), group))
     optimizer.state = distributed.from_rank0(optimizer.state, group)
-    return int(distributed.from_rank0(mx.array(step), group).item())
+    return int(distributed.from_rank0(mx.array(step), group).item()), skipped
+
+
+def load_newest(args, model, optimizer):
+    """Rank 0: (step, [{"step", "why"}] of the newer checkpoints skipped as broken) of the newest
+    intact checkpoint in --out, loaded into model and optimizer; step 0 if there is none."""
+    if not args.resume:
+        if found := checkpoint.newest_first(args.out):
+            fail(f"--out {args.out} already has checkpoints; pass --resume to continue from "
+                 f"{found[0].name} or choose another --out")
+        return 0, []
+    path, state, broken = checkpoint.load_newest(args.out, model, optimizer)
+    skipped = [{"step": checkpoint.step_of(found), "why": why} for found, why in broken]
+    for found, why in broken:
+        report.say(f"skipping checkpoint {found}: {why}")
+    if path is None:
+        if broken:
+            report.say(f"no intact checkpoint in {checkpoint.directory(args.out)}: starting over")
+        return 0, skipped
+    for key in SAME_ON_RESUME:
+        # A checkpoint from before a setting existed was made with its default.
+        saved = state["config"].get(key, cli.parser().get_default(key))
+        if saved != config(args)[key]:
+            fail(f"--resume: {path} was made with --{key.replace('_', '-')} "
+                 f"{saved}, not {config(args)[key]}")
+    report.say(f"resuming from {path} (step {state['step']})")
+    return state["step"], skipped
 
 
 def config(args):
@@ -109,7 +121,7 @@ def run(args, group):
     model, train, test = build(args)
     optimizer = optim.Adam(learning_rate=args.lr)
     optimizer.init(model.trainable_parameters())
-    start = restore(args, model, optimizer, group)
+    start, skipped = restore(args, model, optimizer, group)
     if start >= args.steps:
         if rank == 0:
             report.say(f"{args.out} is already at step {start} of {args.steps}; nothing to do")
@@ -178,8 +190,7 @@ def run(args, group):
         if rank == 0 and ((args.checkpoint_every and step % args.checkpoint_every == 0)
                           or step == args.steps):
             heartbeat.at("checkpointing", step)
-            path = checkpoint.save(args.out, step, model, optimizer, config(args))
-            progress.write(f"checkpoint {path}")
+            save(args, step, model, optimizer, progress)
             window_start, saved = time.perf_counter(), step
 
         heartbeat.at("training", step)
@@ -198,8 +209,8 @@ def run(args, group):
         steps_run = args.steps - start
         summary = {
             "model": args.model, "dataset": args.dataset, "world_size": world,
-            "steps": args.steps, "resumed_from_step": start, "train_loss": train_loss,
-            "eval_loss": eval_loss, "eval_accuracy": accuracy,
+            "steps": args.steps, "resumed_from_step": start, "checkpoints_skipped": skipped,
+            "train_loss": train_loss, "eval_loss": eval_loss, "eval_accuracy": accuracy,
             "wall_time_s": time.perf_counter() - started,
             "samples_per_s": steps_run * args.batch_size / step_time,
             "comm_time_share": sync_time / step_time,
@@ -208,19 +219,30 @@ def run(args, group):
         if args.lora:
             lora.save_adapters(model, args.out / "adapters")
         # Last: train.yml takes summary.json as the sign that the job is complete.
-        (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+        durable.write_atomic(args.out / "summary.json", json.dumps(summary, indent=1) + "\n")
         report.say(f"done in {summary['wall_time_s']:.1f}s: eval loss {eval_loss:.4f} accuracy "
                    f"{accuracy:.4f}; wrote summary.json, metrics.jsonl, loss.png in {args.out}")
+
+
+def save(args, step, model, optimizer, progress):
+    """Rank 0's checkpoint at step. One that cannot be written (a full disk) ends the run: the
+    supervisor restarts it from the newest intact checkpoint, which nothing has replaced."""
+    try:
+        path = checkpoint.save(args.out, step, model, optimizer, config(args))
+    except OSError as error:
+        fail(f"the checkpoint at step {step} could not be written to "
+             f"{checkpoint.directory(args.out)}: {error.strerror or error}; the checkpoints "
+             "before it are unchanged: resume once there is space (or the disk is fixed)")
+    progress.write(f"checkpoint {path}")
 
 
 def stopped(args, step, model, optimizer, progress, saved):
     """Rank 0's end of a stopped run: a checkpoint at the agreed step and DIR/stopped.json
     (no summary.json: that one means the run completed all its steps)."""
     if saved != step:
-        path = checkpoint.save(args.out, step, model, optimizer, config(args))
-        progress.write(f"checkpoint {path}")
+        save(args, step, model, optimizer, progress)
     progress.close()
     reason = stop_reason(args.out)
     record = {"step": step, "reason": reason, "steps": args.steps}
-    (args.out / "stopped.json").write_text(json.dumps(record) + "\n")
+    durable.write_atomic(args.out / "stopped.json", json.dumps(record) + "\n")
     report.say(f"stopped at step {step} ({reason})")

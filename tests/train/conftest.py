@@ -17,6 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MPIRUN = shutil.which("mpirun")
 needs_mpirun = pytest.mark.skipif(MPIRUN is None, reason="needs Open MPI's mpirun")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root")
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def train_cmd(*args):
@@ -45,6 +47,32 @@ def final_weights(out):
     """The newest checkpoint's model weights as numpy arrays."""
     latest = sorted((Path(out) / "checkpoints").glob("step_*"))[-1]
     return {k: np.array(v) for k, v in mx.load(str(latest / "model.safetensors")).items()}
+
+
+def disk_bytes(directory):
+    """What directory's files take on a tmpfs: whole pages."""
+    return sum(-(-p.stat().st_size // PAGE) * PAGE for p in directory.iterdir())
+
+
+@pytest.fixture
+def small_disk():
+    """small_disk(directory, free): a tmpfs mounted on directory with `free` bytes left and the
+    rest taken by the file it returns (delete it to free the space); unmounted after the test."""
+    mounted = []
+
+    def mount(directory, free, taken=64 * PAGE):
+        directory.mkdir(parents=True, exist_ok=True)
+        size = -(-free // PAGE) * PAGE + taken
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", directory],
+                       check=True)
+        mounted.append(directory)
+        filler = directory / ".filler"
+        filler.write_bytes(bytes(taken))
+        return filler
+
+    yield mount
+    for directory in mounted:
+        subprocess.run(["umount", "--lazy", directory], check=True)
 
 
 def summary(out):

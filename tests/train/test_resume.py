@@ -1,6 +1,8 @@
 """Checkpoints: atomic, complete, and a killed then resumed run ends where an uninterrupted one
-does (also when the resumed run has two ranks and only rank 0 can read the checkpoint)."""
+does (also when the resumed run has two ranks and only rank 0 can read the checkpoint, and when
+the newest checkpoints were damaged since)."""
 
+import os
 import signal
 import subprocess
 import time
@@ -34,9 +36,16 @@ def assert_same_weights(a, b):
         np.testing.assert_allclose(wa[name], wb[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-def test_killed_and_resumed_run_equals_uninterrupted(tmp_path):
-    whole, killed = tmp_path / "whole", tmp_path / "killed"
-    run(train_cmd(*SETTINGS, "--steps", "200", "--out", whole))
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """200 steps straight through."""
+    out = tmp_path_factory.mktemp("whole") / "run"
+    run(train_cmd(*SETTINGS, "--steps", "200", "--out", out))
+    return out
+
+
+def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, whole):
+    killed = tmp_path / "killed"
 
     # A run far too long to finish, killed without warning once it has checkpointed.
     process = subprocess.Popen(train_cmd(*SETTINGS, "--steps", "100000", "--out", killed),
@@ -54,6 +63,27 @@ def test_killed_and_resumed_run_equals_uninterrupted(tmp_path):
     assert_same_weights(killed, whole)
     # the killed run's records after its checkpoint were replaced, not duplicated
     assert [r["step"] for r in metrics(killed)] == [r["step"] for r in metrics(whole)]
+
+
+def test_resume_skips_damaged_checkpoints_and_says_so(tmp_path, whole):
+    out = tmp_path / "run"
+    run(train_cmd(*SETTINGS, "--steps", "60", "--out", out))
+    newest, before = (out / "checkpoints" / f"step_{s:08d}" for s in (60, 40))
+    size = (newest / "model.safetensors").stat().st_size
+    os.truncate(newest / "model.safetensors", size - 1000)  # as a power cut can leave it
+    data = bytearray((before / "optimizer.safetensors").read_bytes())
+    data[-5] ^= 0xFF  # same size: only the checksum sees it
+    (before / "optimizer.safetensors").write_bytes(data)
+
+    resumed = run(train_cmd(*SETTINGS, "--steps", "200", "--out", out, "--resume")).stdout
+    assert f"[train] skipping checkpoint {newest}: model.safetensors has {size - 1000} bytes, " \
+        f"its manifest says {size}\n[train] skipping checkpoint {before}: optimizer.safetensors " \
+        f"does not match its sha256 in the manifest\n[train] resuming from " \
+        f"{out / 'checkpoints' / 'step_00000020'} (step 20)\n" in resumed
+    result = summary(out)
+    assert result["resumed_from_step"] == 20 and [s["step"] for s in result[
+        "checkpoints_skipped"]] == [60, 40]
+    assert_same_weights(out, whole)
 
 
 @needs_mpirun
@@ -90,10 +120,10 @@ def test_checkpoint_round_trip_and_half_written_ones_are_ignored(tmp_path):
     saved = checkpoint.save(tmp_path, 7, model, optimizer, {"seed": 3})
     assert saved.name == "step_00000007"
     assert sorted(p.name for p in saved.iterdir()) == [
-        "model.safetensors", "optimizer.safetensors", "state.json"]
+        "manifest.json", "model.safetensors", "optimizer.safetensors", "state.json"]
     # a crash mid-write leaves only a hidden temporary directory, never a step_* one
     (tmp_path / "checkpoints" / ".tmp_step_00000009").mkdir()
-    assert checkpoint.latest(tmp_path) == saved
+    assert checkpoint.newest_first(tmp_path) == [saved]
 
     fresh, fresh_optimizer = models.MLP(4, 8), optim.Adam(learning_rate=0.1)
     state = checkpoint.load(saved, fresh, fresh_optimizer)
