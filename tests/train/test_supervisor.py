@@ -15,8 +15,18 @@ import time
 import pytest
 
 from tests.unit.plugins import load
+from train import checkpoint
 
-from .conftest import MPIRUN, ROOT, mpirun_cmd, needs_mpirun, run, train_cmd
+from .conftest import (
+    MPIRUN,
+    ROOT,
+    disk_bytes,
+    mpirun_cmd,
+    needs_mpirun,
+    needs_root,
+    run,
+    train_cmd,
+)
 from .test_resume import assert_same_weights
 
 pytestmark = [needs_mpirun, pytest.mark.timeout(180)]
@@ -202,6 +212,36 @@ def test_killed_rank_is_restarted(jobs, uninterrupted):
     assert job.left() == []
 
 
+@needs_root
+def test_full_disk_fails_a_checkpoint_and_the_job_resumes_once_space_is_freed(small_disk, jobs,
+                                                                             tmp_path):
+    """The checkpoints' own file system fills up at the third checkpoint (only there: a full
+    disk under the supervisor's own records is another fault)."""
+    whole = tmp_path / "whole"
+    run(mpirun_cmd(*(train_cmd(*SETTINGS, "--steps", 600, "--out", out)
+                     for out in (whole, tmp_path / "r1"))))
+    job = jobs("disk", steps=600)
+    size = disk_bytes(whole / "checkpoints" / "step_00000600")
+    filler = small_disk(job.dir / "checkpoints", free=size * 5 // 2, taken=size * 4)
+    job.start("--restart-backoff", 3)
+    job.wait(lambda j: j["state"] == "restarting", 60)
+    left = sorted((job.dir / "checkpoints").iterdir())
+    assert [p.name for p in left] == [".filler", "step_00000100", "step_00000200"], job.log()
+    assert all(checkpoint.problem(p) is None for p in left[1:])
+    said = (job.dir / "logs" / "rank.0.log").read_text()  # until the restart replaces it
+    assert (f"train: error: the checkpoint at step 300 could not be written to "
+            f"{job.dir / 'checkpoints'}: No space left on device;") in said
+    filler.unlink()
+
+    done = job.wait_end(90)
+    assert (done["state"], done["reason"]) == ("finished", "completed"), job.log()
+    [restart] = done["restarts"]
+    assert restart["reason"] == "rank_failed" and restart["from_step"] == 200
+    assert restart["suspect"] == "rank 0 on h0: exited with code 2", restart
+    assert_same_weights(job.dir, whole)
+    assert job.left() == []
+
+
 def test_stop_checkpoints_and_a_second_start_is_refused(jobs):
     job, other = jobs("stop", steps=100000), jobs("other")
     job.start()
@@ -261,6 +301,19 @@ def test_launcher_hanging_after_summary_is_stopped(jobs):
     assert (done["state"], done["reason"], done["restarts"]) == ("finished", "hung_at_exit", [])
     assert done["exit_status"] == 128 + signal.SIGTERM and not alive(done["launcher_pid"])
     assert "openpmix/prrte#1839" in job.log()
+
+
+def test_a_non_zero_exit_or_a_cut_summary_is_never_completed(jobs):
+    """Stand-ins for a launcher that exits 1 after rank 0 wrote summary.json (whole, or cut)."""
+    whole, cut = jobs("whole"), jobs("cut")
+    (whole.dir / "command.sh").write_text("echo '{}' >summary.json; exit 1\n")
+    (cut.dir / "command.sh").write_text("printf '{\"steps\": 1' >summary.json; exit 1\n")
+    ends = []
+    for job in (whole, cut):  # one at a time: they share the lock
+        job.start("--max-restarts", 0)
+        ends.append(job.wait_end(30))
+    assert [(end["state"], end["reason"], end["exit_status"]) for end in ends] == [
+        ("failed", "rank_failed", 1), ("failed", "summary_unreadable", 1)]
 
 
 def test_status_shows_a_dead_supervisor_as_lost(tmp_path):

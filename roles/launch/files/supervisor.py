@@ -15,7 +15,7 @@ It watches every rank's heartbeat (logs/rank.N.heartbeat on its host: {"phase", 
   stall timeout per step or evaluation batch; a model load and a checkpoint: the startup
   timeout): it names the suspect rank (stopped or missing process, unreachable host, lowest
   step), stops the job and restarts it from the latest checkpoint; so does a launcher that exits
-  non-zero without DIR/summary.json;
+  non-zero, even after DIR/summary.json;
 - DIR/stop (a reason word; written by `stop`, or by the daemon at --time-limit) makes every
   rank stop at one step with a checkpoint (train/ writes DIR/stopped.json); a job that has not
   stopped --stop-grace seconds later is killed;
@@ -414,7 +414,7 @@ class Supervisor:
     def check(self):
         """While the launcher runs: an outcome when the job must end, else None."""
         now = time.monotonic()
-        if (self.dir / "summary.json").exists():
+        if read_json(self.dir / "summary.json") is not None:
             self.done_at = self.done_at or now
             if now - self.done_at > self.args.exit_grace:
                 log(f"summary.json was written {self.args.exit_grace:g} s ago but the launcher "
@@ -496,7 +496,12 @@ class Supervisor:
         return max(60.0, 20 * statistics.median(self.samples)) if self.samples else 60.0
 
     def judge_exit(self, code):
-        if (self.dir / "summary.json").exists():
+        # Complete: exit 0 and a whole summary.json (rank 0 replaces it atomically). A non-zero
+        # exit after it (a rank failing at exit) restarts, and that resume has nothing to do.
+        if (self.dir / "summary.json").exists() and read_json(self.dir / "summary.json") is None:
+            log("summary.json is unreadable: not counted as completed")
+            return "failed", "summary_unreadable", code
+        if code == 0 and (self.dir / "summary.json").exists():
             return "finished", "completed", code
         stopped = read_json(self.dir / "stopped.json")
         if code == 0 and stopped:
@@ -512,7 +517,7 @@ class Supervisor:
             suspect = self.find_suspect()[0]
         self.sweep()  # the launcher has stopped the ranks it could reach; make sure of the rest
         self.update(suspect=suspect)
-        log(f"the launcher exited with code {code} without summary.json: {suspect}")
+        log(f"the launcher exited with code {code} before the job completed: {suspect}")
         return "restart", "rank_failed", code
 
     def failed_rank(self):
