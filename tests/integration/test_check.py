@@ -1,8 +1,10 @@
 """check.yml on a 3-host virtual cluster: all green when healthy, and each injected fault is
 reported by the right check naming the right host or pair.
 
-One cluster serves the whole module (setup takes minutes). Faults that concern different hosts
-and checks are injected together, and every fault is undone before the next run.
+The tests run on the session's train_cluster (tests/integration/conftest.py): setting up a cluster
+takes minutes. Faults that concern different hosts and checks are injected together, every fault
+is undone before the next run, and after each test a health check proves the cluster whole again
+for the tests that share it.
 """
 
 import contextlib
@@ -15,10 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import cluster_unavailable
-from tools.playbook import run_playbook
-from tools.vcluster import VirtualCluster, sh, tbf_args
-from tools.wheelhouse import offline_pip_args
+from tools.playbook import ROOT, run_playbook
+from tools.vcluster import sh, tbf_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -26,22 +26,32 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 CHECK_VARS = {"doctor_timeout": 60, "doctor_mpi_timeout": 120}
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    reason = cluster_unavailable()
-    if reason:
-        pytest.skip(reason)
-    vc = VirtualCluster(hosts=3, workdir=tmp_path_factory.mktemp("check") / "vc")
-    try:
-        vc.up()
-        setup = run_playbook(
-            "setup.yml", vc.inventory, tmp_path_factory.mktemp("setup"),
-            extravars={"python_env_pip_extra_args": offline_pip_args()},
-        )
-        assert setup.status == "successful", setup.stdout[-6000:]
-        yield vc
-    finally:
-        vc.down()
+@pytest.fixture
+def cluster(train_cluster):
+    yield train_cluster
+    assert_whole(train_cluster)
+
+
+def assert_whole(vc):
+    """What the faults below break is as setup left it: logins with the pinned host keys, bridge0
+    up with its address and unshaped, Open MPI's programs and the installed train package."""
+    for host in vc.hosts:
+        login = sh(vc.ssh_argv(host, "hostname"), check=False)
+        assert login.stdout.strip() == host.name, (host.name, login.stderr)
+        bridge0 = vc.run(host, "ip -4 addr show dev bridge0").stdout
+        assert "state UP" in bridge0 and f"inet {host.thunderbolt_ip}/" in bridge0, bridge0
+        qdisc = vc.run(host, "tc qdisc show dev thunderbolt0").stdout
+        assert "tbf" not in qdisc, (host.name, qdisc)
+        mounts = vc.run(host, "findmnt -rn -o TARGET").stdout.split()
+        assert [m for m in mounts if m.startswith("/usr/bin/")] == [], host.name
+        assert installed_loop_py(vc, host) == (ROOT / "train" / "loop.py").read_text(), host.name
+
+
+def installed_loop_py(vc, host):
+    """The train package's loop.py as the host's environment has it."""
+    path = vc.run(host, f"ls {host.home}/mlx-cluster/venv/lib/python3*/site-packages/"
+                        "train/loop.py").stdout.strip()
+    return vc.run(host, ["cat", path]).stdout
 
 
 def run_check(vc, tmp_path, name):
