@@ -137,6 +137,7 @@ def run(args, group):
                        f"{data.describe_batch(args.batch_size, world)}, "
                        f"steps {start + 1}..{args.steps}")
 
+    heartbeat.start = start
     heartbeat.at("training", start)
     stop_file = args.out / "stop"
     saved = None  # the step of the latest checkpoint this run wrote

@@ -105,11 +105,12 @@ def plot(records, path):
 
 
 class Heartbeat:
-    """{"phase", "step", "steps", "progress", "time", "pid"} in a small JSON file, replaced
-    atomically: a watchdog reads it to see that this rank lives and makes progress.
+    """{"phase", "step", "steps", "progress", "start", "time", "pid"} in a small JSON file,
+    replaced atomically: a watchdog reads it to see that this rank lives and makes progress.
 
     The caller moves phase (loading, training, evaluating, checkpointing, exiting), step (the
-    steps done) and progress (units of work within the phase, e.g. evaluation batches); a daemon
+    steps done) and progress (units of work within the phase, e.g. evaluation batches), and sets
+    start (the step of the checkpoint this launch resumed from, once loaded); a daemon
     thread rewrites the file every second, so a fresh "time" says the process runs in any phase.
     mx.eval releases the GIL (measured: the thread beats on through a 10-minute evaluation), so
     long computations and collectives do not silence it; a stopped process or a hung host does."""
@@ -117,6 +118,7 @@ class Heartbeat:
     def __init__(self, template, rank, steps):
         self.path = Path(template.replace("{rank}", str(rank))) if template else None
         self.steps, self.phase, self.step, self.progress = steps, "loading", 0, 0
+        self.start = None  # unknown: a program's own (train --command)
         self.lock = threading.Lock()  # the thread and beat() share the temporary file
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,7 +142,8 @@ class Heartbeat:
         if self.path is None:
             return
         record = {"phase": self.phase, "step": self.step, "steps": self.steps,
-                  "progress": self.progress, "time": time.time(), "pid": os.getpid()}
+                  "progress": self.progress, "start": self.start, "time": time.time(),
+                  "pid": os.getpid()}
         with self.lock:
             tmp = self.path.with_name(f".{self.path.name}.tmp")
             tmp.write_text(json.dumps(record) + "\n")

@@ -25,6 +25,7 @@ from .conftest import (
     needs_mpirun,
     needs_root,
     run,
+    summary,
     train_cmd,
 )
 from .test_resume import assert_same_weights
@@ -216,7 +217,8 @@ def test_killed_rank_is_restarted(jobs, uninterrupted):
 def test_full_disk_fails_a_checkpoint_and_the_job_resumes_once_space_is_freed(small_disk, jobs,
                                                                              tmp_path):
     """The checkpoints' own file system fills up at the third checkpoint (only there: a full
-    disk under the supervisor's own records is another fault)."""
+    disk under the supervisor's own records is another fault). Before the restart, the newest
+    checkpoint left is also cut short: the restart falls back to the one before it."""
     whole = tmp_path / "whole"
     run(mpirun_cmd(*(train_cmd(*SETTINGS, "--steps", 600, "--out", out)
                      for out in (whole, tmp_path / "r1"))))
@@ -232,12 +234,15 @@ def test_full_disk_fails_a_checkpoint_and_the_job_resumes_once_space_is_freed(sm
     assert (f"train: error: the checkpoint at step 300 could not be written to "
             f"{job.dir / 'checkpoints'}: No space left on device;") in said
     filler.unlink()
+    os.truncate(left[2] / "model.safetensors", 100)
 
     done = job.wait_end(90)
     assert (done["state"], done["reason"]) == ("finished", "completed"), job.log()
     [restart] = done["restarts"]
-    assert restart["reason"] == "rank_failed" and restart["from_step"] == 200
+    assert restart["reason"] == "rank_failed" and restart["from_step"] == 100, job.log()
     assert restart["suspect"] == "rank 0 on h0: exited with code 2", restart
+    assert "resumed from step 100, not 200: newer checkpoints are broken" in job.log()
+    assert [s["step"] for s in summary(job.dir)["checkpoints_skipped"]] == [200]
     assert_same_weights(job.dir, whole)
     assert job.left() == []
 

@@ -477,6 +477,11 @@ class Supervisor:
             changes["state"] = "running"
         # Past the checkpoint it resumed from: a fast job may finish before a second beat is read.
         restart = self.job["restarts"][-1] if self.job["restarts"] else None
+        start = beat.get("start")  # the checkpoint train/ resumed from: the newest intact one
+        if restart and restart["resumed_at"] is None and start not in (None, restart["from_step"]):
+            log(f"resumed from step {start}, not {restart['from_step']}: newer checkpoints are "
+                "broken (rank 0's log says why)")
+            restart["from_step"] = start
         if restart and restart["resumed_at"] is None and beat["step"] > restart["from_step"]:
             restart["resumed_at"] = beat["time"]
             log(f"training again at step {beat['step']}")
