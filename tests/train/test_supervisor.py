@@ -132,8 +132,11 @@ class Job:
         return path.read_text() if path.exists() else ""
 
     def cleanup(self):
-        if self.pid and alive(self.pid):
-            os.kill(self.pid, signal.SIGKILL)
+        """KILL the keeper (self.pid), then its supervisor, then the ranks."""
+        pids = [self.pid, self.job()["supervisor_pid"]] if self.pid else []
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
         subprocess.run(["pkill", "-KILL", "-f", "--", self.pattern])
 
 
@@ -254,14 +257,15 @@ def test_stop_checkpoints_and_a_second_start_is_refused(jobs):
     refused = supervisor("start", "--run-dir", other.dir, "--lock", job.lock, check=False)
     assert refused.returncode == 3 and refused.stdout == ""
     [line] = refused.stderr.splitlines()
-    assert f"run {job.name} is already running (supervisor pid {job.pid}" in line
+    assert f"run {job.name} is already running (keeper pid {job.pid}" in line
     assert f"stop --run-dir {job.dir}" in line and not (other.dir / "job.json").exists()
 
-    stopped = supervisor("stop", "--run-dir", job.dir, "--timeout", 60)
+    stopped = supervisor("stop", "--run-dir", job.dir, "--stop-grace", 60)
     done = job.job()
     step = json.loads((job.dir / "stopped.json").read_text())["step"]
-    assert f"{job.name}: stopped (user)" in stopped.stdout
+    assert f"{job.name}: stopped (user) at step {step}; checkpoint there" in stopped.stdout
     assert (done["state"], done["reason"], done["exit_status"]) == ("stopped", "user", 0)
+    assert (done["last_step"], done["checkpoint_step"]) == (step, step)
     assert (job.dir / "checkpoints" / f"step_{step:08d}").is_dir()
     assert not (job.dir / "summary.json").exists() and not (job.dir / "stop").exists()
     assert job.left() == [] and not alive(job.pid)
@@ -321,16 +325,93 @@ def test_a_non_zero_exit_or_a_cut_summary_is_never_completed(jobs):
         ("failed", "rank_failed", 1), ("failed", "summary_unreadable", 1)]
 
 
+def test_a_killed_supervisor_is_replaced_and_a_later_fault_is_still_caught(jobs, uninterrupted):
+    job, other = jobs("spof"), jobs("other")
+    job.start()
+    before = job.wait_step(150)
+    os.kill(before["supervisor_pid"], signal.SIGKILL)
+    killed = time.time()
+    refused = supervisor("start", "--run-dir", other.dir, "--lock", job.lock, check=False)
+    assert refused.returncode == 3 and "already running" in refused.stderr  # the keeper's lock
+
+    adopted = job.wait(lambda j: j["supervisor_pid"] != before["supervisor_pid"], 10)
+    print(f"\nkill -9 of the supervisor: another one after {time.time() - killed:.1f} s")
+    assert adopted["launcher_pid"] == before["launcher_pid"] and alive(adopted["supervisor_pid"])
+    job.wait_step(adopted["last_step"] + 100)  # the new supervisor reads the progress
+    frozen = job.rank_pid(1)
+    os.kill(frozen, signal.SIGSTOP)
+
+    done = job.wait_end(120)
+    assert done["state"] == "finished" and done["reason"] == "completed", job.log()
+    [restart] = done["restarts"]
+    assert restart["reason"] == "stall" and f"process {frozen} is stopped" in restart["suspect"]
+    assert f"the supervisor (pid {before['supervisor_pid']}) died (killed by signal 9)" in job.log()
+    assert "adopted the launcher" in job.log()
+    assert_same_weights(job.dir, uninterrupted)
+    assert job.left() == [] and state(frozen) is None
+
+
+def test_stop_of_a_job_whose_keeper_and_supervisor_died_is_graceful(jobs):
+    job = jobs("orphan", steps=100000)
+    job.start()
+    before = job.wait_step(50)
+    for pid in (job.pid, before["supervisor_pid"]):
+        os.kill(pid, signal.SIGKILL)
+    [row] = json.loads(supervisor("status", "--runs-dir", job.dir.parent, "--json").stdout)
+    assert (row["state"], row["reason"], row["launcher_running"]) == (
+        "lost", "its supervisor is gone", True)
+    host = [{"item": "hostfile", "rc": 0}, {"item": "mlx_launch", "rc": 0}]
+    [refused] = launch.launch_host_errors(host, "h0", "/h", [], [row])  # preflight's judgment
+    assert refused.startswith(f"run {job.name} is lost (its supervisor is gone) but its launcher")
+
+    stopped = supervisor("stop", "--run-dir", job.dir, "--stop-grace", 60)
+    step = json.loads((job.dir / "stopped.json").read_text())["step"]
+    assert f"{job.name}: stopped (user) at step {step}; checkpoint there" in stopped.stdout
+    assert (job.dir / "checkpoints" / f"step_{step:08d}").is_dir()
+    assert job.job()["state"] == "stopped" and not (job.dir / "stop").exists()
+    assert job.left() == [] and not alive(before["launcher_pid"])
+
+
+def test_a_stale_job_from_before_a_reboot_is_lost_and_blocks_nothing(jobs):
+    """job.json naming live processes that are not the job's: a reboot recycled the pids."""
+    stale, after = jobs("stale"), jobs("after")
+    others = [subprocess.Popen(["sleep", "300"], start_new_session=True) for _ in range(3)]
+    try:
+        record = {"run": stale.name, "boot_id": "0b9a3f7e-5c1d-4e2a-8f6b-1d2c3e4f5a6b",
+                  "state": "running", "reason": None, "restarts": [], "last_step": 40,
+                  "steps": 100, "rank_hosts": supervisor_module.rank_hosts(HOSTS, stale.dir)}
+        for who, other in zip(("keeper", "supervisor", "launcher"), others, strict=True):
+            record.update(supervisor_module.identity(who, other.pid))
+        (stale.dir / "job.json").write_text(json.dumps(record))
+        [row] = json.loads(supervisor("status", "--runs-dir", stale.dir.parent, "--json").stdout)
+        assert (row["state"], row["reason"], row["launcher_running"]) == (
+            "lost", "the launch host restarted since (another boot id)", False)
+        host = [{"item": "hostfile", "rc": 0}, {"item": "mlx_launch", "rc": 0}]
+        assert launch.launch_host_errors(host, "h0", "/h", [], [row]) == []
+
+        stopped = supervisor("stop", "--run-dir", stale.dir, "--stop-grace", 5)
+        assert f"{stale.name}: stopped (user) at step 40; no checkpoint" in stopped.stdout
+        (after.dir / "command.sh").write_text("echo '{}' >summary.json\n")
+        after.start()
+        assert after.wait_end(30)["state"] == "finished"
+        assert [other.poll() for other in others] == [None] * 3  # untouched
+    finally:
+        for other in others:
+            other.kill()
+            other.wait()
+
+
 def test_status_shows_a_dead_supervisor_as_lost(tmp_path):
     run_dir = tmp_path / "runs" / "gone"
     run_dir.mkdir(parents=True)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    job = {"run": "gone", "supervisor_pid": dead.pid, "state": "running", "last_step": 7,
-           "steps": 10, "restarts": [], "reason": None}
+    job = {"run": "gone", "boot_id": supervisor_module.boot_id(), "supervisor_pid": dead.pid,
+           "supervisor_start": "90683", "state": "running", "last_step": 7, "steps": 10,
+           "restarts": [], "reason": None}
     (run_dir / "job.json").write_text(json.dumps(job))
     assert supervisor("status", "--runs-dir", tmp_path / "runs").stdout == (
-        "gone  lost  step 7/10  restarts 0\n")
+        "gone  lost  step 7/10  restarts 0  its supervisor is gone\n")
 
 
 def test_stop_kills_a_job_whose_supervisor_died(tmp_path):
@@ -340,13 +421,15 @@ def test_stop_kills_a_job_whose_supervisor_died(tmp_path):
     dead = subprocess.Popen(["true"])
     dead.wait()
     try:
-        job = {"run": "orphan", "supervisor_pid": dead.pid, "launcher_pid": launcher.pid,
+        job = {"run": "orphan", "boot_id": supervisor_module.boot_id(),
+               "supervisor_pid": dead.pid, "supervisor_start": "90683",
+               **supervisor_module.identity("launcher", launcher.pid),
                "state": "running", "reason": None, "restarts": [], "last_step": 3,
                "rank_hosts": [{"rank": 0, "host": "h0", "address": "local",
                                "run_dir": str(run_dir)}]}
         (run_dir / "job.json").write_text(json.dumps(job))
-        out = supervisor("stop", "--run-dir", run_dir, "--timeout", 1).stdout
-        assert "orphan: stopped (user) at step 3" in out
-        assert launcher.wait(5) == -signal.SIGKILL
+        out = supervisor("stop", "--run-dir", run_dir, "--stop-grace", 1).stdout
+        assert "orphan: stopped (user) at step 3; no checkpoint" in out
+        assert launcher.wait(5) == -signal.SIGKILL and not (run_dir / "stop").exists()
     finally:
         launcher.kill()

@@ -677,6 +677,17 @@ def test_every_problem_of_the_launch_host_is_named_with_its_fix():
         "/env/bin/mlx.launch is missing — re-run setup.yml to install mlx in /env"]
 
 
+def test_a_lost_job_blocks_a_launch_only_while_its_launcher_runs():
+    gone = {"run": "r0", "state": "lost", "reason": "the launch host restarted since (another "
+            "boot id)", "launcher_running": False, "last_step": 9}
+    orphan = {**gone, "run": "r1", "reason": "its supervisor is gone", "launcher_running": True}
+    assert launch.launch_host_errors(_probe(), "a", "/h", [], [gone], None) == []
+    assert launch.launch_host_errors(_probe(), "a", "/h", [], [gone, orphan], None) == [
+        "run r1 is lost (its supervisor is gone) but its launcher still runs on this cluster "
+        "(step 9): one job at a time — follow it with ansible-playbook train.yml -e attach=r1, "
+        "or stop it with -e stop=r1"]
+
+
 def test_a_missing_hostfile_is_named_and_mlx_launch_matters_only_for_ring():
     errors = launch.launch_host_errors(_probe(hostfile_rc=1, mlx_launch_rc=1), "a", "/w/hostfile",
                                        [], [], None)

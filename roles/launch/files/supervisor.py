@@ -2,10 +2,12 @@
 """Supervise one training job on the launch host, so that a long run is never lost.
 
     supervisor.py start  --run-dir DIR --lock FILE [options]   # daemonizes, prints "started PID"
-    supervisor.py stop   --run-dir DIR [--reason user] [--timeout S]
+    supervisor.py stop   --run-dir DIR [--reason user] [--stop-grace S]
     supervisor.py status --runs-dir RUNS [--json]
 
-The daemon runs `sh DIR/command.sh` (in DIR, in its own process group, output appended to
+`start` leaves a keeper (the PID it prints) whose child, the supervisor, owns the job; a
+supervisor that dies is replaced at once and adopts the running job (see keep()).
+The supervisor runs `sh DIR/command.sh` (in DIR, in its own process group, output appended to
 DIR/launch.log) and, on a restart, `sh DIR/command.sh --resume`: command.sh must pass its
 arguments ("$@") on to `python -m train`, with `--heartbeat runs/<run>/logs/rank.{rank}.heartbeat`.
 It watches every rank's heartbeat (logs/rank.N.heartbeat on its host: {"phase", "step",
@@ -21,8 +23,9 @@ It watches every rank's heartbeat (logs/rank.N.heartbeat on its host: {"phase", 
   stopped --stop-grace seconds later is killed;
 - a launcher still running --exit-grace seconds after DIR/summary.json is stopped (Open MPI 5
   can hang after every rank finished, openpmix/prrte#1839) and the run counts as finished.
-State: DIR/job.json (replaced atomically), DIR/exit_status when the daemon ends, and a
-timestamped account of everything it did in DIR/supervisor.log.
+State: DIR/job.json (replaced atomically; each process in it named by pid, start time and
+the host's boot id: a pid alone may name another process after a restart), DIR/exit_status
+when the job ends, and a timestamped account of everything it did in DIR/supervisor.log.
 A job's processes on a host are found with `pgrep -u <uid> -f -- '-m trai[n] --out <run dir>( |$)'`:
 every rank runs `python -m train --out <the run's absolute path on its host> ...`, that path
 belongs to one run of one user, and `trai[n]` keeps the pattern from matching any command line
@@ -32,8 +35,10 @@ that contains the pattern itself. Python 3 standard library only.
 import argparse
 import contextlib
 import fcntl
+import functools
 import json
 import os
+import pwd
 import re
 import shlex
 import signal
@@ -41,11 +46,16 @@ import statistics
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 TERMINAL = ("finished", "stopped", "failed")
 LOCKED = 3  # exit code of `start` when another supervisor holds the lock
 KILL_AFTER = 5  # seconds between TERM and KILL of the launcher's process group
+BACKOFF_CAP = 300  # seconds: the longest wait before a restart
+MAX_RESTARTS = 100  # --max-restarts' bound
+KEEPER_RESTARTS = 5  # supervisors a keeper starts again within KEEPER_WINDOW s before it gives up
+KEEPER_WINDOW = 600
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
 # How Open MPI names a failed rank in the launcher's output (4.x and 5.x, which wraps lines).
 MPI_SIGNAL = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+"
@@ -97,14 +107,52 @@ def write_atomic(path, text):
     os.replace(tmp, path)
 
 
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+@functools.cache
+def boot_id():
+    """This boot of the host: a recorded pid means nothing after a restart."""
+    if sys.platform == "linux":
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return subprocess.run(["sysctl", "-n", "kern.bootsessionuuid"], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def stat_start(text):
+    """The start time (clock ticks after boot) in a Linux /proc/PID/stat line, None for a zombie
+    (state Z: exited, not yet reaped). Fields are counted after the command name, which may hold
+    spaces and parentheses."""
+    state, *fields = text.rsplit(")", 1)[1].split()
+    return None if state == "Z" else fields[18]
+
+
+def lstart(text):
+    """The start time in macOS's `ps -o lstart= -p PID` ("Thu Nov  6 08:45:00 2026"), None when
+    ps printed nothing (no such process)."""
+    return " ".join(text.split()) or None
+
+
+def process_start(pid):
+    """When process pid started, as this host tells it, or None when there is no such process."""
+    if sys.platform == "linux":
+        try:
+            return stat_start(Path(f"/proc/{int(pid)}/stat").read_text())
+        except OSError:
+            return None
+    return lstart(subprocess.run(["ps", "-o", "lstart=", "-p", str(int(pid))],
+                                 capture_output=True, text=True).stdout)
+
+
+def identity(who, pid):
+    """job.json's record of a process: its pid and start time (the boot is the job's boot_id)."""
+    return {f"{who}_pid": pid, f"{who}_start": process_start(pid)}
+
+
+def running(job, who):
+    """Whether job.json's keeper, supervisor or launcher still runs: a process of that pid that
+    started when the recorded one did, in the same boot. A pid alone may be another process."""
+    pid = job.get(f"{who}_pid")
+    return (pid is not None and job.get("boot_id") == boot_id()
+            and job.get(f"{who}_start") is not None
+            and process_start(pid) == job.get(f"{who}_start"))
 
 
 def ere(text):
@@ -270,50 +318,140 @@ def with_option(argv, option, value):
     return [*argv[: i + 1], str(value), *argv[i + 2:]]
 
 
+def latest_checkpoint(run_dir):
+    """The run's newest checkpoint directory, or None."""
+    found = sorted((run_dir / "checkpoints").glob("step_*"))
+    return found[-1] if found else None
+
+
+def checkpoint_step(path):
+    return int(path.name[5:]) if path else None
+
+
+def backoff(restarts, base, cap=BACKOFF_CAP):
+    """Seconds to wait before the next restart: base, doubled for each restart in a row after
+    which the job did not train past the step it resumed from (progress resets it), at most cap.
+    restarts: job.json's, the next one not yet among them."""
+    streak = 0
+    for restart in reversed(restarts):
+        if restart["resumed_at"] is not None:
+            break
+        streak += 1
+    return min(cap, base * 2 ** streak)
+
+
+class Adopted:
+    """The launcher of a supervisor that died, as the next one follows it (Popen's poll and wait).
+    It is not that one's child, so it cannot wait() for it: it watches the process (pid and start
+    time) and reads the exit code the launcher's sh wrapper wrote to DIR/launcher.exit."""
+
+    def __init__(self, job, exit_file):
+        self.job, self.pid, self.exit_file = job, job["launcher_pid"], exit_file
+
+    def poll(self):
+        if running(self.job, "launcher"):
+            return None
+        code = read_json(self.exit_file)
+        return code if isinstance(code, int) else -signal.SIGKILL  # killed before it could say
+
+    def wait(self, timeout=None):
+        deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
+        while (code := self.poll()) is None:
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(str(self.pid), timeout)
+            time.sleep(0.1)
+        return code
+
+
 class Supervisor:
-    def __init__(self, args, run_dir):
+    def __init__(self, args, run_dir, adopt=False):
         self.args, self.dir = args, run_dir
-        self.hosts = rank_hosts(args.rank_hosts, run_dir)
-        self.job = {"run": run_dir.name, "supervisor_pid": os.getpid(), "launcher_pid": None,
-                    "state": "starting", "reason": None, "restarts": [], "last_step": None,
-                    "last_step_time": None, "steps": None, "started": time.time(),
-                    "ended": None, "exit_status": None, "suspect": None,
-                    "rank_hosts": self.hosts, "left_out": [], "phases": {}}
-        self.t0 = time.monotonic()
         self.proc = None
         self.hard_stop = False  # SIGTERM from `stop` past its timeout
+        self.unsaved = False  # job.json could not be written: retried at every poll
         # --elastic: {"argv": the launcher's argv, "batch_size": the global batch or null}
         self.elastic = args.elastic
         self.command = ["sh", str(run_dir / "command.sh")]
+        me = identity("supervisor", os.getpid())
+        if adopt:  # the job a supervisor that died left: as job.json has it
+            self.job = {**read_json(run_dir / "job.json"), **me}
+            self.hosts = self.job["rank_hosts"]
+            if self.job["left_out"]:
+                self.command = self.elastic_argv(self.hosts)
+            self.t0 = time.monotonic() - (time.time() - self.job["started"])
+        else:
+            self.hosts = rank_hosts(args.rank_hosts, run_dir)
+            self.job = {"run": run_dir.name, "boot_id": boot_id(),
+                        **identity("keeper", os.getppid()), **me,
+                        "launcher_pid": None, "launcher_start": None, "launched_at": None,
+                        "log_offset": 0, "state": "starting", "reason": None, "restarts": [],
+                        "last_step": None, "last_step_time": None, "steps": None,
+                        "checkpoint_step": None, "started": time.time(), "ended": None,
+                        "exit_status": None, "suspect": None, "rank_hosts": self.hosts,
+                        "left_out": [], "phases": {}}
+            self.t0 = time.monotonic()
         self.update()
 
     def update(self, **changes):
+        """Record the job in job.json. An error there (a full disk) is logged and retried at the
+        next poll, never fatal: the job goes on, and job.json is only behind meanwhile."""
         self.job.update(changes)
-        write_atomic(self.dir / "job.json", json.dumps(self.job, indent=1) + "\n")
+        try:
+            write_atomic(self.dir / "job.json", json.dumps(self.job, indent=1) + "\n")
+        except OSError as error:
+            if not self.unsaved:
+                log(f"could not record the job's state in job.json ({error}); retrying")
+            self.unsaved = True
+        else:
+            if self.unsaved:
+                log("recorded the job's state in job.json again")
+            self.unsaved = False
 
     # ------------------------------------------------------------------ the whole job
 
-    def run(self):
+    def run(self, adopt=False):
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "hard_stop", True))
-        for name in ("stop", "stopped.json", "summary.json", "exit_status"):
-            (self.dir / name).unlink(missing_ok=True)  # an earlier launch's
-        log(f"supervising {self.dir} (pid {os.getpid()})")
-        resume, code = False, None
-        while True:
-            outcome, reason, code = self.attempt(resume)
-            if outcome != "restart":
-                return self.end(outcome, reason, code)
+        if adopt:
+            log(f"supervising {self.dir} again (pid {os.getpid()}): the supervisor before died "
+                f"with the job {self.job['state']}")
+            outcome, reason, code = self.adopt()
+        else:
+            for name in ("stop", "stopped.json", "summary.json", "exit_status"):
+                (self.dir / name).unlink(missing_ok=True)  # an earlier launch's
+            log(f"supervising {self.dir} (pid {os.getpid()})")
+            outcome, reason, code = self.attempt(resume=False)
+        while outcome == "restart":
             if len(self.job["restarts"]) >= self.args.max_restarts:
                 return self.end("failed", "max_restarts" if self.args.max_restarts else reason,
                                 code)
-            backoff = self.args.restart_backoff * 2 ** len(self.job["restarts"])
-            self.record_restart(reason)
-            log(f"restarting in {backoff:g} s from the latest checkpoint")
-            if stop := self.wait_or_stop(backoff):
-                return self.end("stopped", stop, code)
-            if self.elastic and (refused := self.leave_out_lost_hosts()):
-                return self.end("failed", refused, code)
-            resume = True
+            wait = backoff(self.job["restarts"], self.args.restart_backoff)
+            self.record_restart(reason, wait, code)
+            outcome, reason, code = self.relaunch(wait, code)
+        return self.end(outcome, reason, code)
+
+    def relaunch(self, wait, code):
+        """After a back-off of `wait` seconds, the next launch, from the latest checkpoint."""
+        log(f"restarting in {wait:g} s from the latest checkpoint")
+        if stop := self.wait_or_stop(wait):
+            return "stopped", stop, code
+        if self.elastic and (refused := self.leave_out_lost_hosts()):
+            return "failed", refused, code
+        return self.attempt(resume=True)
+
+    def adopt(self):
+        """Go on with the job where the supervisor that died left it: follow its launcher if it
+        still runs (its exit code is in DIR/launcher.exit if not), or finish the back-off."""
+        if self.job["state"] == "restarting":
+            restart = self.job["restarts"][-1]
+            return self.relaunch(max(0.0, restart["at"] + restart["backoff_s"] - time.time()),
+                                 restart["exit_status"])
+        if self.job["launcher_pid"] is None:  # it died before the first launch
+            return self.attempt(resume=False)
+        self.proc = Adopted(self.job, self.dir / "launcher.exit")
+        log(f"adopted the launcher (pid {self.proc.pid}), "
+            f"{'running' if self.proc.poll() is None else 'ended'}")
+        self.watch_launch(self.job["launched_at"])
+        return self.follow()
 
     def leave_out_lost_hosts(self):
         """--elastic: go on without the hosts ssh cannot reach, with the same global batch on
@@ -328,24 +466,28 @@ class Supervisor:
             log(f"elastic: cannot go on without {', '.join(lost)}: the global batch {batch} does "
                 f"not give each of the {len(plan)} rank(s) left an example")
             return "elastic_batch"
-        hostfile = self.dir / "hostfile.elastic"
-        hostfile.write_text(hostfile_lines(plan))
-        argv = with_option(with_option(self.elastic["argv"], "--hostfile", hostfile), "-np",
-                           len(plan))
-        self.hosts, self.command = plan, argv
+        (self.dir / "hostfile.elastic").write_text(hostfile_lines(plan))
+        self.hosts, self.command = plan, self.elastic_argv(plan)
         log(f"elastic: leaving out {', '.join(lost)} (unreachable); going on with {len(plan)} "
             f"rank(s) and the same global batch")
         self.update(rank_hosts=plan, left_out=[*self.job["left_out"], *lost])
         return None
 
-    def record_restart(self, reason):
-        latest = sorted((self.dir / "checkpoints").glob("step_*"))
-        step = int(latest[-1].name[5:]) if latest else 0
+    def elastic_argv(self, plan):
+        """The launcher's argv on the hosts of plan (hostfile.elastic)."""
+        hostfile = self.dir / "hostfile.elastic"
+        return with_option(with_option(self.elastic["argv"], "--hostfile", hostfile), "-np",
+                           len(plan))
+
+    def record_restart(self, reason, wait, code):
+        latest = latest_checkpoint(self.dir)
         # lost_s: wall time since the work that will be redone was last saved
-        saved = latest[-1].stat().st_mtime if latest else self.job["started"]
+        saved = latest.stat().st_mtime if latest else self.job["started"]
         self.job["restarts"].append({"at": time.time(), "reason": reason,
-                                     "suspect": self.job["suspect"], "from_step": step,
+                                     "suspect": self.job["suspect"],
+                                     "from_step": checkpoint_step(latest) or 0,
                                      "lost_s": round(time.time() - saved, 1),
+                                     "backoff_s": wait, "exit_status": code,
                                      "resumed_at": None})
         self.update(state="restarting")
 
@@ -370,6 +512,10 @@ class Supervisor:
 
     def end(self, state, reason, code):
         (self.dir / "stop").unlink(missing_ok=True)
+        stopped = read_json(self.dir / "stopped.json")
+        if state == "stopped" and stopped:  # the step every rank stopped at, checkpoint there
+            self.job["last_step"] = stopped["step"]
+        self.job["checkpoint_step"] = checkpoint_step(latest_checkpoint(self.dir))
         summary = read_json(self.dir / "summary.json")
         if state == "finished" and summary is not None:  # what rank 0 cannot know
             restarts = self.job["restarts"]
@@ -377,8 +523,12 @@ class Supervisor:
                            wall_time_lost_s=round(sum(r["lost_s"] for r in restarts), 1),
                            hosts_left_out=self.job["left_out"])
             write_atomic(self.dir / "summary.json", json.dumps(summary, indent=1) + "\n")
-        write_atomic(self.dir / "exit_status", f"{code}\n")  # the launcher's last exit code
         self.update(state=state, reason=reason, ended=time.time(), exit_status=code)
+        while self.unsaved:  # the next launch judges the cluster by it: wait for space
+            time.sleep(5)
+            self.update()
+        with contextlib.suppress(OSError):
+            write_atomic(self.dir / "exit_status", f"{code}\n")  # the launcher's last exit code
         log(f"job {state} ({reason}) at step {self.job['last_step']}; "
             f"{len(self.job['restarts'])} restart(s)")
         return 0 if state != "failed" else 1
@@ -389,18 +539,34 @@ class Supervisor:
         """Run command.sh once: ("finished" | "stopped" | "restart", reason, exit code)."""
         for beat in (self.dir / "logs").glob("rank.*.heartbeat"):
             beat.unlink()  # a previous launch's: progress is what this launch writes
-        self.launched, self.launched_wall = time.monotonic(), time.time()
+        (self.dir / "launcher.exit").unlink(missing_ok=True)
+        self.watch_launch(time.time())
+        cmd = [*self.command, *(["--resume"] if resume else [])]
+        with open(self.dir / "launch.log", "ab") as out:
+            offset = out.tell()
+            # Through sh, which leaves the exit code in a file: a supervisor that adopts this
+            # launcher after this one died cannot wait() for a process that is not its child.
+            self.proc = subprocess.Popen(
+                ["sh", "-c", '"$@"; code=$?; echo $code >launcher.exit; exit $code', "sh", *cmd],
+                cwd=self.dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        self.update(state="starting", **identity("launcher", self.proc.pid),
+                    launched_at=self.launched_wall, log_offset=offset, suspect=None, phases={})
+        log(f"launched {shlex.join(cmd)} (pid {self.proc.pid})")
+        return self.follow()
+
+    def watch_launch(self, launched_wall):
+        """Watch a launch made at launched_wall (time.time()) afresh: no heartbeat seen yet."""
+        self.launched, self.launched_wall = time.monotonic(), launched_wall
         self.watches = {h["rank"]: Watch(self.launched) for h in self.hosts}
         self.remote_at, self.beat, self.samples = self.launched, None, []
         self.done_at, self.stopping = None, None
-        cmd = [*self.command, *(["--resume"] if resume else [])]
-        with open(self.dir / "launch.log", "ab") as out:
-            self.log_offset = out.tell()
-            self.proc = subprocess.Popen(cmd, cwd=self.dir, stdin=subprocess.DEVNULL, stdout=out,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
-        self.update(state="starting", launcher_pid=self.proc.pid, suspect=None, phases={})
-        log(f"launched {shlex.join(cmd)} (pid {self.proc.pid})")
+
+    def follow(self):
+        """Watch the launcher until the job must end or restart: (outcome, reason, exit code)."""
         while True:
+            if self.unsaved:
+                self.update()
             try:  # returns as soon as the launcher exits: no poll interval added to every job
                 code = self.proc.wait(timeout=self.args.poll)
             except subprocess.TimeoutExpired:
@@ -528,7 +694,7 @@ class Supervisor:
     def failed_rank(self):
         """"rank R on HOST: why" from the launcher's output of this launch, or None."""
         with open(self.dir / "launch.log", "rb") as f:
-            f.seek(self.log_offset)
+            f.seek(self.job["log_offset"])
             found = failed_rank(f.read().decode(errors="replace"))
         return f"rank {found[0]} on {self.host_of(found[0])}: {found[1]}" if found else None
 
@@ -633,7 +799,7 @@ def start(args):
         held = read_json(args.lock) or {}
         other = Path(held.get("run_dir", "?"))
         me = shlex.quote(sys.argv[0])
-        print(f"supervisor: run {held.get('run', '?')} is already running (supervisor pid "
+        print(f"supervisor: run {held.get('run', '?')} is already running (keeper pid "
               f"{held.get('pid', '?')}, {other}); follow it: {me} status --runs-dir "
               f"{shlex.quote(str(other.parent))}; stop it: {me} stop --run-dir "
               f"{shlex.quote(str(other))}", file=sys.stderr)
@@ -665,58 +831,132 @@ def start(args):
     os.ftruncate(lock, 0)
     os.write(lock, json.dumps({"run": run_dir.name, "run_dir": str(run_dir),
                                "pid": os.getpid()}).encode())
-    try:
-        supervisor = Supervisor(args, run_dir)
-        os.write(ready_w, str(os.getpid()).encode())
+    os._exit(keep(args, run_dir, ready_w))
+
+
+def keep(args, run_dir, ready_w):
+    """The keeper: the daemon `start` leaves, parent of the job's supervisor, holding the lock
+    with it (one open file: it holds while either lives). A supervisor that dies without
+    recording the job's end (kill -9, a crash) is started again at once and adopts the job that
+    runs on (Supervisor.adopt), so no process of the launch host loses a run by dying. Adopting
+    the running job, rather than ending it with its supervisor and resuming it from its latest
+    checkpoint, redoes no steps and no model load, and needs nothing macOS lacks (a rank cannot
+    be made to die with its supervisor there: no prctl). Returns the last supervisor's exit code."""
+    adopt, deaths = False, []
+    while True:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = supervise(args, run_dir, adopt, ready_w)
+            except BaseException as error:
+                log(f"supervisor crashed: {error!r}")
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        if ready_w is not None:
+            os.close(ready_w)
+            ready_w = None  # told once, by the first supervisor
+        status = os.waitpid(pid, 0)[1]
+        job = read_json(run_dir / "job.json")
+        if job is None or job["state"] in TERMINAL:
+            return os.waitstatus_to_exitcode(status) if job else 1
+        deaths = [t for t in deaths if time.monotonic() - t < KEEPER_WINDOW] + [time.monotonic()]
+        how = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+               else f"exit code {os.waitstatus_to_exitcode(status)}")
+        if len(deaths) > KEEPER_RESTARTS:
+            log(f"the supervisor (pid {pid}) died ({how}), the {len(deaths)}th time in "
+                f"{KEEPER_WINDOW} s: giving up; the job is lost (stop it with supervisor.py stop)")
+            return 1
+        log(f"the supervisor (pid {pid}) died ({how}) with the job {job['state']}: starting "
+            "another, which adopts the job")
+        adopt = True
+        time.sleep(1)
+
+
+def supervise(args, run_dir, adopt, ready_w):
+    """A supervisor's life, in the keeper's child: the job's, or what is left of it."""
+    supervisor = Supervisor(args, run_dir, adopt)
+    if ready_w is not None:
+        os.write(ready_w, str(os.getppid()).encode())  # the keeper's pid: `start` prints it
         os.close(ready_w)
-        code = supervisor.run()
-    except BaseException as error:
-        log(f"supervisor crashed: {error!r}")
-        raise
-    os._exit(code)
+    return supervisor.run(adopt)
+
+
+def owner_error(run_dir):
+    """Why this user cannot act on run_dir's job (another user's), or None."""
+    uid = run_dir.stat().st_uid
+    if os.geteuid() in (0, uid):
+        return None
+    with contextlib.suppress(KeyError):
+        uid = f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    return f"{run_dir} belongs to {uid}, not to you: run this as that user"
 
 
 def stop(args):
     run_dir = args.run_dir.resolve()
+    if run_dir.is_dir() and (error := owner_error(run_dir)):
+        print(f"supervisor: error: {error}", file=sys.stderr)
+        return 2
     job = read_json(run_dir / "job.json")
     if not job:
         print(f"supervisor: error: no supervised job in {run_dir} (no job.json)", file=sys.stderr)
         return 2
     if job["state"] not in TERMINAL:
         write_atomic(run_dir / "stop", f"{args.reason}\n")
-        print(f"asked {job['run']} to stop ({args.reason}); waiting up to {args.timeout:g} s",
-              flush=True)
-        job = wait_terminal(run_dir, args.timeout)
-        if job["state"] not in TERMINAL and alive(job["supervisor_pid"]):
-            os.kill(job["supervisor_pid"], signal.SIGTERM)  # the daemon kills the job now
-            job = wait_terminal(run_dir, 30)
-        if job["state"] not in TERMINAL:  # the daemon is gone: kill the job from here
-            for pid, kill in ((job["supervisor_pid"], os.kill), (job["launcher_pid"], os.killpg)):
-                with contextlib.suppress(OSError, TypeError):  # gone already, or never launched
-                    kill(pid, signal.SIGKILL)
-            job.update(state="stopped", reason=args.reason, ended=time.time())
+        print(f"asked {job['run']} to stop ({args.reason}) at its next step, with a checkpoint; "
+              f"killed if it has not stopped {args.stop_grace:g} s from now", flush=True)
+        job = wait_ended(run_dir, args.stop_grace)
+        if job["state"] not in TERMINAL and running(job, "supervisor"):
+            os.kill(job["supervisor_pid"], signal.SIGTERM)  # the supervisor kills the job now
+            job = wait_ended(run_dir, 30)
+        if job["state"] not in TERMINAL:  # no supervisor: kill the job from here
+            for who, kill in (("keeper", os.kill), ("supervisor", os.kill),
+                              ("launcher", os.killpg)):
+                if running(job, who):  # never a pid that now names another process
+                    with contextlib.suppress(ProcessLookupError):
+                        kill(job[f"{who}_pid"], signal.SIGKILL)
+            stopped = read_json(run_dir / "stopped.json")
+            job.update(state="stopped", reason=args.reason, ended=time.time(),
+                       last_step=stopped["step"] if stopped else job["last_step"],
+                       checkpoint_step=checkpoint_step(latest_checkpoint(run_dir)))
             write_atomic(run_dir / "job.json", json.dumps(job, indent=1) + "\n")
+        (run_dir / "stop").unlink(missing_ok=True)  # else command.sh run by hand stops at once
     left = sweep(job["rank_hosts"], exclude=[job["supervisor_pid"]])
-    print(f"{job['run']}: {job['state']} ({job['reason']}) at step {job['last_step']}"
+    print(f"{job['run']}: {job['state']} ({job['reason']}) at step {job['last_step']}; "
+          f"{checkpoint_words(job)}"
           + (f"; processes may be left on {', '.join(left)}" if left else ""))
     return 1 if left else 0
 
 
-def wait_terminal(run_dir, seconds):
+def checkpoint_words(job):
+    """Where a resume of the ended job starts."""
+    step = job.get("checkpoint_step")
+    if step is None:
+        return "no checkpoint: a resume starts from step 0"
+    return "checkpoint there" if step == job["last_step"] else f"latest checkpoint at step {step}"
+
+
+def wait_ended(run_dir, seconds):
+    """job.json once it records the job's end, no process of the job runs any more, or seconds
+    have passed."""
     deadline = time.monotonic() + seconds
     while True:
         job = read_json(run_dir / "job.json")
-        if job["state"] in TERMINAL or time.monotonic() > deadline:
+        if (job["state"] in TERMINAL or time.monotonic() > deadline
+                or not any(running(job, who) for who in ("keeper", "supervisor", "launcher"))):
             return job
-        if not alive(job["supervisor_pid"]):
-            return read_json(run_dir / "job.json")
         time.sleep(0.2)
 
 
 def state_of(job):
-    if job["state"] not in TERMINAL and not alive(job["supervisor_pid"]):
-        return "lost"  # the daemon died without recording an end
-    return job["state"]
+    """(state, reason) of a job: job.json's, or lost when neither its supervisor nor its keeper
+    runs any more (the host restarted, or both were killed)."""
+    if job["state"] in TERMINAL or running(job, "supervisor") or running(job, "keeper"):
+        return job["state"], job["reason"]
+    if job.get("boot_id") != boot_id():
+        return "lost", "the launch host restarted since (another boot id)"
+    return "lost", "its supervisor is gone"
 
 
 def status(args):
@@ -725,7 +965,10 @@ def status(args):
     for run_dir in sorted(p for p in found if p.is_dir()):
         job = read_json(run_dir / "job.json")
         if job:
-            rows.append({**job, "state": state_of(job)})
+            state, reason = state_of(job)
+            # A lost job whose launcher runs on still holds its hosts: no other job starts.
+            rows.append({**job, "state": state, "reason": reason,
+                         "launcher_running": running(job, "launcher")})
     if args.json:
         print(json.dumps(rows, indent=1))
     for job in [] if args.json else rows:
@@ -738,6 +981,13 @@ def status(args):
 def seconds(text):
     value = float(text)
     if value < 0:
+        raise ValueError
+    return value
+
+
+def restarts(text):
+    value = int(text)
+    if not 0 <= value <= MAX_RESTARTS:
         raise ValueError
     return value
 
@@ -762,9 +1012,11 @@ def parser():
     s.add_argument("--startup-timeout", type=seconds, default=1800, metavar="S",
                    help="the stall timeout of a model load (or download) and of a checkpoint "
                    "write (default: 1800)")
-    s.add_argument("--max-restarts", type=int, default=2, metavar="N", help="default: 2")
+    s.add_argument("--max-restarts", type=restarts, default=2, metavar="N",
+                   help=f"0..{MAX_RESTARTS} (default: 2)")
     s.add_argument("--restart-backoff", type=seconds, default=10, metavar="S",
-                   help="wait before the first restart, doubling after each (default: 10)")
+                   help="wait before a restart, doubling after each restart that trained no "
+                   f"step, at most {BACKOFF_CAP} s (default: 10)")
     s.add_argument("--exit-grace", type=seconds, default=60, metavar="S", help="stop a launcher "
                    "still running S seconds after summary.json (default: 60)")
     s.add_argument("--stop-grace", type=seconds, default=120, metavar="S", help="kill a job that "
@@ -783,8 +1035,8 @@ def parser():
                        "nothing of it is left")
     s.add_argument("--run-dir", type=Path, required=True)
     s.add_argument("--reason", default="user", help="a word recorded as the reason (default: user)")
-    s.add_argument("--timeout", type=seconds, default=300, metavar="S",
-                   help="kill the job if it has not stopped after S seconds (default: 300)")
+    s.add_argument("--stop-grace", type=seconds, default=120, metavar="S",
+                   help="kill the job if it has not stopped after S seconds (default: 120)")
     s.set_defaults(func=stop)
     s = sub.add_parser("status", help="one line per run: name, state, step/steps, restarts, reason")
     s.add_argument("--runs-dir", type=Path, required=True)

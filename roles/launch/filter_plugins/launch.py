@@ -332,10 +332,14 @@ def launch_host_errors(probe_results, host, hostfile, hostfile_problems, runs, m
                             f"{r['stderr'].strip()}" for r in unreached)
         errors.append(f"{host} cannot ssh -o BatchMode=yes to {listing} — check the cable and "
                       "that host's bridge0 address, then re-run setup.yml (ssh_mesh)")
-    running = [r for r in runs if r["state"] not in ("finished", "stopped", "failed", "lost")]
+    # A lost job (no supervisor) whose launcher runs on still holds the hosts and its run.
+    running = [r for r in runs if r["state"] not in ("finished", "stopped", "failed", "lost")
+               or r["state"] == "lost" and r.get("launcher_running")]
     if running:
         run = running[0]
-        errors.append(f"run {run['run']} is {run['state']} on this cluster (step "
+        state = (f"lost ({run['reason']}) but its launcher still runs" if run["state"] == "lost"
+                 else run["state"])
+        errors.append(f"run {run['run']} is {state} on this cluster (step "
                       f"{run.get('last_step') or 0}): one job at a time — follow it with "
                       f"ansible-playbook train.yml -e attach={run['run']}, or stop it with "
                       f"-e stop={run['run']}")
