@@ -131,7 +131,7 @@ ROWS = [
             "time limit"),
     request({"stall_timeout": "5"}, "stall_timeout: '5' is not auto or a number of seconds from 10",
             "stall timeout"),
-    request({"max_restarts": "-1"}, "max_restarts: '-1' is not an integer >= 0",
+    request({"max_restarts": "-1"}, "max_restarts: '-1' is not an integer from 0 to 100",
             "max restarts"),
     request({"resume": "maybe"}, "resume: 'maybe' is not true or false", "resume"),
     request({"attach": "a", "stop": "b"}, "attach, stop and status: give one of them at a time",

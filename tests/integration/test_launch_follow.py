@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 
 from tools.playbook import ROOT, run_playbook
 
@@ -23,18 +24,23 @@ PLAYBOOK = """\
       launch_follow:
         job: "{{ job }}/job.json"
         log: "{{ job }}/rank.0.log"
+        status: ["{{ python }}", "{{ supervisor }}", status, --runs-dir, "{{ job | dirname }}",
+                 --json]
         interval: 0.5
       register: followed
 """
+SUPERVISOR = ROOT / "roles/launch/files/supervisor.py"
 
 # Two launches of one job: the first fails at step 2, the supervisor restarts it, the second
 # writes a fresh log and finishes.
 STAND_IN = textwrap.dedent("""\
-    import json, os, sys, time
+    import json, os, runpy, sys, time
     from pathlib import Path
     job_dir = Path(sys.argv[1])
+    supervisor = runpy.run_path(sys.argv[2])  # its record of this process: pid, start, boot
+    me = {"boot_id": supervisor["boot_id"](), **supervisor["identity"]("supervisor", os.getpid())}
     def job(**state):
-        (job_dir / ".job.json").write_text(json.dumps({"run": "r", **state}))
+        (job_dir / ".job.json").write_text(json.dumps({"run": "r", **me, **state}))
         os.replace(job_dir / ".job.json", job_dir / "job.json")
     def log(*lines):
         with open(job_dir / "rank.0.log", "a") as f:
@@ -52,17 +58,23 @@ STAND_IN = textwrap.dedent("""\
 """)
 
 
-def test_follower_streams_both_launches_and_returns_the_final_job(tmp_path):
-    job_dir = tmp_path / "job"
-    job_dir.mkdir()
+def follow(tmp_path, job_dir):
+    tmp_path.mkdir(exist_ok=True)
     (tmp_path / "follow.yml").write_text(PLAYBOOK)
     (tmp_path / "action_plugins").symlink_to(ROOT / "roles/launch/action_plugins")
     (tmp_path / "inventory.yml").write_text("all:\n  hosts:\n    localhost: "
                                             "{ansible_connection: local}\n")
-    stand_in = subprocess.Popen([sys.executable, "-c", STAND_IN, str(job_dir)])
+    return run_playbook(str(tmp_path / "follow.yml"), tmp_path / "inventory.yml",
+                        tmp_path / "runner", {"job": str(job_dir), "python": sys.executable,
+                                              "supervisor": str(SUPERVISOR)})
+
+
+def test_follower_streams_both_launches_and_returns_the_final_job(tmp_path):
+    job_dir = tmp_path / "runs" / "r"
+    job_dir.mkdir(parents=True)
+    stand_in = subprocess.Popen([sys.executable, "-c", STAND_IN, str(job_dir), SUPERVISOR])
     try:
-        run = run_playbook(str(tmp_path / "follow.yml"), tmp_path / "inventory.yml",
-                           tmp_path / "runner", {"job": str(job_dir)})
+        run = follow(tmp_path, job_dir)
     finally:
         stand_in.kill()
     assert run.status == "successful", run.stdout[-3000:]
@@ -76,3 +88,22 @@ def test_follower_streams_both_launches_and_returns_the_final_job(tmp_path):
     positions = [out.find(text) for text in order]
     assert -1 not in positions and positions == sorted(positions), (positions, out[-3000:])
     assert out.count("step 2 second launch") == 1
+
+
+def test_a_lost_job_ends_the_follow_and_an_unknown_run_is_refused_at_once(tmp_path):
+    """job.json of a job whose supervisor is gone (a pid that ran before this boot)."""
+    job_dir = tmp_path / "runs" / "r"
+    job_dir.mkdir(parents=True)
+    (job_dir / "job.json").write_text(json.dumps({
+        "run": "r", "state": "running", "reason": None, "last_step": 7, "restarts": [],
+        "boot_id": "0b9a3f7e-5c1d-4e2a-8f6b-1d2c3e4f5a6b", "supervisor_pid": 1,
+        "supervisor_start": "1"}))
+    run = follow(tmp_path / "lost", job_dir)
+    assert run.status == "successful", run.stdout[-3000:]
+    [result] = [r["res"] for r in run.task_results() if r["task"].startswith("Follow")]
+    assert result["job"]["state"] == "lost" and "another boot id" in result["job"]["reason"]
+
+    started = time.monotonic()
+    unknown = follow(tmp_path / "unknown", job_dir.with_name("nope"))
+    assert unknown.status == "failed" and time.monotonic() - started < 30
+    assert "there is no run nope on localhost — its runs: r " in unknown.stdout

@@ -372,7 +372,8 @@ def test_good_request_has_no_errors():
      ({"model": "m" * 100_000}, "model: 100000 characters, more than a value can have (4096)"),
      ({"run_name": "r" * 5000}, "run_name: 5000 characters, more than a value can have"),
      ({"mpi_extra_args": ["-v"] * 2000}, "mpi_extra_args: 12000 characters"),
-     ({"max_restarts": "x"}, "max_restarts: 'x' is not an integer >= 0"),
+     ({"max_restarts": "x"}, "max_restarts: 'x' is not an integer from 0 to 100"),
+     ({"max_restarts": "1000000"}, "max_restarts: '1000000' is not an integer from 0 to 100"),
      ({"resume": "maybe"}, "resume: 'maybe' is not true or false"),
      ({"run_name": "../x"}, "run_name: '../x' is not a plain directory name"),
      ({"backend": "nccl"}, "backend: 'nccl' is not one of mpi, ring"),
@@ -497,6 +498,18 @@ def test_finished_and_stopped_runs_are_not_failures_but_a_lost_launch_host_is():
     assert "last known state: unknown" in launch.launch_verdict({}, {}, [])
 
 
+def test_a_lost_job_says_why_and_what_to_do():
+    lost = {"run": "r", "state": "lost", "reason": "the launch host restarted since (another "
+            "boot id)", "last_step": 40, "launcher_running": False}
+    assert launch.launch_verdict(lost, {}, []) == (
+        "Training lost at step 40: the launch host restarted since (another boot id), so nothing "
+        "watches it any more; what it wrote was fetched; continue it with -e resume=true "
+        "-e run_name=r.")
+    orphan = {**lost, "reason": "its supervisor is gone", "launcher_running": True}
+    assert launch.launch_verdict(orphan, {}, []).endswith(
+        "its launcher still runs: stop it with -e stop=r.")
+
+
 def test_summary_lines():
     summary = {"train_loss": 0.2, "eval_loss": 0.15, "eval_accuracy": 0.956, "world_size": 4,
                "steps": 60, "samples_per_s": 1234.5, "wall_time_s": 10.04}
@@ -512,9 +525,15 @@ def test_summary_lines_of_a_restarted_and_of_a_stopped_run():
     lines = launch.launch_summary_lines({"steps": 60}, "/p/runs/r", job)
     assert "1 automatic restart(s) (stall at step 300), 12 s of work redone" in lines
     stopped = {"run": "r", "state": "stopped", "reason": "time_limit", "last_step": 700,
-               "steps": 1500, "restarts": []}
+               "checkpoint_step": 700, "steps": 1500, "restarts": []}
     lines = launch.launch_summary_lines({}, "/p/runs/r", stopped)
     assert lines[0] == "stopped at step 700 of 1500 (time_limit) with a checkpoint there"
+    # Stopped in a restart's back-off: the step it failed at has no checkpoint.
+    lines = launch.launch_summary_lines({}, "/p/runs/r", {**stopped, "checkpoint_step": 600})
+    assert lines[0] == ("stopped at step 700 of 1500 (time_limit); its latest checkpoint is at "
+                        "step 600")
+    lines = launch.launch_summary_lines({}, "/p/runs/r", {**stopped, "checkpoint_step": None})
+    assert lines[0].endswith("(time_limit); no checkpoint: a resume starts from step 0")
     assert "ansible-playbook train.yml -e resume=true -e run_name=r" in lines[1]
 
 

@@ -117,7 +117,10 @@ class ActionModule(ActionBase):
         unpack(run_dir, archives)
 
         launch = _launch_filters()
-        job = _json(run_dir / "job.json") or args.get("followed_job") or {}
+        followed = args.get("followed_job") or {}
+        job = _json(run_dir / "job.json") or followed
+        if followed.get("state") == "lost":  # job.json still says what it was when it was lost
+            job = {**job, **followed}
         summary = _json(run_dir / "summary.json") or {}
         # The supervisor's plan names each rank's host as the job ran (ring order over cables,
         # hosts left out by elastic), also when this play only attached to the run.

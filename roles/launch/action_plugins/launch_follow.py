@@ -6,15 +6,18 @@ job.json or rank 0's log changes (or `interval` seconds pass), then answers with
 line is shown at once. So the play sees the job end within a tenth of a second, not a poll
 interval later, and an idle job costs one round trip per interval. The job belongs to
 the supervisor on the launch host (files/supervisor.py), not to this play: the action never stops
-it. It returns once job.json says the job ended, or when it has not reached the launch host for
-`reconnect` seconds (a laptop asleep or on another network): then the job goes on and
-`-e attach=<run>` follows it again.
+it. It returns once job.json says the job ended, once a poll that waited in vain finds it lost
+(`status`, the supervisor's own judgment: no supervisor runs it any more, e.g. after a reboot),
+or when it has not reached the launch host for `reconnect` seconds (a laptop asleep or on
+another network): then the job goes on and `-e attach=<run>` follows it again. A run without
+job.json that `status` does not list either is refused at once, naming the runs there.
 
 A poll over a dead connection ends within ssh's ServerAliveInterval x ServerAliveCountMax
 (ansible.cfg); the action then drops the connection and retries until `reconnect` runs out.
 """
 
 import json
+import posixpath
 import shlex
 import time
 
@@ -25,7 +28,7 @@ from ansible.utils.display import Display
 
 display = Display()
 
-ENDED = ("finished", "failed", "stopped")
+ENDED = ("finished", "failed", "stopped", "lost")
 SEPARATOR = b"--- mlx-cluster log ---"
 CHECK_EVERY = 0.1  # seconds between two looks on the host while a poll waits for a change
 
@@ -38,6 +41,21 @@ def _job(text, before):
         return before  # mid-replace: the next poll reads it whole
 
 
+def _judged(job, rows, run, label):
+    """The job as followed: lost (with the supervisor's reason) when `supervisor.py status`
+    says so. No job.json and not among the rows: there is no such run (AnsibleActionFail)."""
+    if rows is None:
+        return job
+    row = next((r for r in rows if r.get("run") == run), None)
+    if row is None and not job:
+        runs = ", ".join(r["run"] for r in rows) or "none"
+        raise AnsibleActionFail(f"there is no run {run} on {label} — its runs: {runs} "
+                                "(-e status=true shows their states)")
+    if row and row["state"] == "lost":
+        return {**job, **row}
+    return job
+
+
 def _attempt(job):
     """0 for the first launch of the job, n after its n-th automatic restart."""
     return len((job or {}).get("restarts") or [])
@@ -45,24 +63,26 @@ def _attempt(job):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("log", "job", "interval", "label", "reconnect"))
+    _VALID_ARGS = frozenset(("log", "job", "status", "interval", "label", "reconnect"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
-        missing = [k for k in ("log", "job") if k not in args]
+        missing = [k for k in ("log", "job", "status") if k not in args]
         if missing:
             raise AnsibleActionFail(f"launch_follow needs {', '.join(missing)}")
         interval = float(args.get("interval", 2))
         reconnect = float(args.get("reconnect", 600))
         label = args.get("label") or task_vars.get("inventory_hostname")
+        run = posixpath.basename(posixpath.dirname(args["job"]))
 
         start = time.monotonic()
         offset, pending, lines, job, shown, seen = 0, b"", 0, {}, None, b""
         last_contact = time.monotonic()
         while True:
             try:
-                seen, size, data = self._poll(args["job"], args["log"], offset, seen, interval)
+                seen, rows, size, data = self._poll(args["job"], args["log"], args["status"],
+                                                    offset, seen, interval)
             except (AnsibleConnectionFailure, OSError) as error:
                 lost = time.monotonic() - last_contact
                 if lost > reconnect:
@@ -76,7 +96,7 @@ class ActionModule(ActionBase):
                 time.sleep(min(interval * 2, 10))
                 continue
             last_contact = time.monotonic()
-            job = _job(seen, job)
+            job = _judged(_job(seen, job), rows, run, label)
             if size < offset:  # a restarted job's rank 0 starts its log afresh: read it whole
                 offset, pending, data = 0, b"", b""
             offset += len(data)
@@ -94,9 +114,11 @@ class ActionModule(ActionBase):
                       elapsed=round(time.monotonic() - start, 1))
         return result
 
-    def _poll(self, job_path, log_path, offset, seen, wait):
-        """(job.json's bytes, the log's size, new log bytes after offset) in one command, once
-        job.json differs from `seen` or the log's size from `offset`, or after `wait` seconds.
+    def _poll(self, job_path, log_path, status, offset, seen, wait):
+        """(job.json's bytes, the supervisor's status rows or None, the log's size, new log
+        bytes after offset) in one command, once job.json differs from `seen` or the log's size
+        from `offset`, or after `wait` seconds. The rows (a Python start) only when it waited
+        in vain or job.json is missing: an idle job may be lost, a missing one unknown.
 
         job.json is read before the log, so once it says the job ended the log read after it
         is complete.
@@ -104,12 +126,17 @@ class ActionModule(ActionBase):
         job, log = shlex.quote(job_path), shlex.quote(log_path)
         # $(...) drops trailing newlines: compare job.json's text without them.
         known = shlex.quote(to_text(seen, errors="surrogate_or_strict").rstrip("\n"))
+        polls = max(1, round(wait / CHECK_EVERY))
         command = (
-            f"n=0; while [ $n -lt {max(1, round(wait / CHECK_EVERY))} ] "
+            f"n=0; while [ $n -lt {polls} ] "
             f"&& [ \"$(cat {job} 2>/dev/null)\" = {known} ] "
             f"&& [ $(($(wc -c <{log} 2>/dev/null || echo 0))) -eq {offset} ]; "
             f"do sleep {CHECK_EVERY}; n=$((n + 1)); done; "
             f"cat {job} 2>/dev/null; echo; echo {SEPARATOR.decode()}; "
+            f"if [ $n -ge {polls} ] || [ ! -e {job} ]; then "
+            f"{{ {' '.join(map(shlex.quote, status))} 2>/dev/null || echo '[]'; }} "
+            "| tr -d '\\n'; fi; "
+            f"echo; echo {SEPARATOR.decode()}; "
             f"wc -c <{log} 2>/dev/null || echo 0; tail -c +{offset + 1} {log} 2>/dev/null; true"
         )
         res = self._low_level_execute_command(command, sudoable=False)
@@ -119,8 +146,10 @@ class ActionModule(ActionBase):
             raise AnsibleActionFail(f"could not read the job's state: {res.get('stderr', '')}")
         out = to_bytes(res["stdout"], errors="surrogate_or_strict")
         head, _, rest = out.partition(b"\n" + SEPARATOR + b"\n")
+        rows, _, rest = rest.partition(b"\n" + SEPARATOR + b"\n")
         size, _, data = rest.partition(b"\n")
-        return head[:-1] if head.endswith(b"\n") else head, int(size.strip() or 0), data
+        return (head[:-1] if head.endswith(b"\n") else head, _job(rows, None),
+                int(size.strip() or 0), data)
 
     @staticmethod
     def _announce(label, before, job):

@@ -19,15 +19,16 @@ BACKENDS = ("mpi", "ring", "jaccl", "jaccl-ring")
 MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")
 # Options of the launch itself; every other request option is a `python -m train` flag.
 LAUNCHER_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "time_limit",
-                    "stall_timeout", "startup_timeout", "max_restarts", "follow_reconnect",
-                    "elastic", "attach", "stop", "status")
+                    "stall_timeout", "startup_timeout", "max_restarts", "stop_grace",
+                    "follow_reconnect", "elastic", "attach", "stop", "status")
 # fullmatch: `$` alone would let a trailing line break through (it breaks command.sh).
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # Characters of any one value: more is a slip (a pasted file), not a path or a command.
 VALUE_MAX = 4096
 # The launcher's numbers: (least, most) — far beyond a real run, low enough to catch a slip.
-LAUNCHER_NUMBERS = {"time_limit": (1, 365 * 86400), "max_restarts": (0, None),
-                    "follow_reconnect": (0, 86400), "startup_timeout": (10, 86400)}
+LAUNCHER_NUMBERS = {"time_limit": (1, 365 * 86400), "max_restarts": (0, 100),
+                    "stop_grace": (10, 86400), "follow_reconnect": (0, 86400),
+                    "startup_timeout": (10, 86400)}
 STALL_TIMEOUT = (10, 86400)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
@@ -218,9 +219,8 @@ def launch_request_errors(request, hosts, topology="bridge"):
     for name, (minimum, maximum) in LAUNCHER_NUMBERS.items():
         value = request.get(name)
         if _given(value) and _int(value, minimum, maximum) is None:
-            kind = f"an integer from {minimum} to {maximum}" if maximum else "an integer >= 0"
-            errors.append(f"{name}: {_shown(value)} is not {kind} — e.g. "
-                          f"-e {name}={max(minimum, 1)}0")
+            errors.append(f"{name}: {_shown(value)} is not an integer from {minimum} to "
+                          f"{maximum} — e.g. -e {name}={max(minimum, 1)}0")
     for name in ("resume", "status", "elastic"):
         if _given(request.get(name)) and _bool(request[name]) is None:
             errors.append(f"{name}: {_shown(request[name])} is not true or false — e.g. "
@@ -581,6 +581,13 @@ def launch_verdict(job, rank_logs, rank_hosts, unreachable=(), lost_contact=Fals
     state = job.get("state")
     if state in ("finished", "stopped"):
         return None
+    if state == "lost" and not lost_contact:
+        run = job.get("run", "<run>")
+        what = (f"its launcher still runs: stop it with -e stop={run}"
+                if job.get("launcher_running")
+                else f"continue it with -e resume=true -e run_name={run}")
+        return (f"Training lost at step {job.get('last_step') or 0}: {job.get('reason')}, so "
+                f"nothing watches it any more; what it wrote was fetched; {what}.")
     if lost_contact or state not in ("failed",):
         head = (f"the play lost the launch host and cannot tell how the job ends (last known "
                 f"state: {state or 'unknown'}); the job goes on under its supervisor — follow it "
@@ -612,9 +619,14 @@ def launch_summary_lines(summary, run_dir, job=None):
         why = ", ".join(f"{r.get('reason')} at step {r.get('from_step')}" for r in restarts)
         extra.append(f"{len(restarts)} automatic restart(s) ({why}), {lost:.0f} s of work redone")
     if job.get("state") == "stopped":
+        # Stopped in a restart's back-off or killed past the grace: no checkpoint at last_step.
+        saved = job.get("checkpoint_step")
+        where = (" with a checkpoint there" if saved is not None and saved == job.get("last_step")
+                 else f"; its latest checkpoint is at step {saved}" if saved is not None
+                 else "; no checkpoint: a resume starts from step 0")
         return [
-            f"stopped at step {job.get('last_step')} of {job.get('steps')} ({job.get('reason')}) "
-            "with a checkpoint there",
+            f"stopped at step {job.get('last_step')} of {job.get('steps')} ({job.get('reason')})"
+            + where,
             *extra,
             f"continue it: ansible-playbook train.yml -e resume=true -e run_name={job.get('run')}",
             f"results: {run_dir}",
