@@ -325,6 +325,7 @@ def test_a_non_zero_exit_or_a_cut_summary_is_never_completed(jobs):
         ("failed", "rank_failed", 1), ("failed", "summary_unreadable", 1)]
 
 
+@pytest.mark.slow
 def test_a_killed_supervisor_is_replaced_and_a_later_fault_is_still_caught(jobs, uninterrupted):
     job, other = jobs("spof"), jobs("other")
     job.start()
