@@ -174,12 +174,17 @@ def test_ctrl_c_detaches_and_attach_follows_the_job_to_its_end(vc, tmp_path):
     play.send_signal(signal.SIGINT)
     play.communicate(timeout=120)
     assert job_state(vc, "followed-again")["state"] in ("starting", "running")
+    # kill -9 of the supervisor too: its keeper starts another, which adopts the running job.
+    killed = job_state(vc, "followed-again")["supervisor_pid"]
+    os.kill(killed, signal.SIGKILL)
 
     attach, out = train(vc, tmp_path / "attach", "followed-again", attach="followed-again")
     assert attach.status == "successful", attach.stdout[-6000:]
     assert "[train] step" in attach.stdout  # it followed the progress, not just the end
     assert json.loads((out / "summary.json").read_text())["steps"] == JOB["steps"]
-    assert json.loads((out / "job.json").read_text())["state"] == "finished"
+    job = json.loads((out / "job.json").read_text())
+    assert job["state"] == "finished" and job["supervisor_pid"] != killed
+    assert "adopted the launcher" in (out / "supervisor.log").read_text()
 
 
 def test_ctrl_c_detaches_attach_follows_stop_checkpoints(vc, tmp_path):
@@ -204,9 +209,19 @@ def test_ctrl_c_detaches_attach_follows_stop_checkpoints(vc, tmp_path):
     assert stop.status == "successful", stop.stdout[-6000:]
     stopped = json.loads((out / "stopped.json").read_text())
     assert stopped["reason"] == "user"
+    assert f"stopped at step {stopped['step']} of 200000 (user) with a checkpoint there" in (
+        stop.stdout)
     latest = sorted((out / "checkpoints").glob("step_*"))[-1]
     assert latest.name == f"step_{stopped['step']:08d}"
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
+    host = vc.hosts[0]
+    left = vc.run(host, "ls mlx-cluster/runs/detached", user=host.user).stdout.split()
+    assert "stop" not in left  # command.sh run by hand later would stop at once
+
+    unknown, _ = train(vc, tmp_path / "unknown", "nope", attach="nope")
+    assert unknown.status == "failed"
+    assert "there is no run nope on" in failure_message(unknown)
+    assert "detached" in failure_message(unknown)
 
     attach, out = train(vc, tmp_path / "attach", "detached", attach="detached")
     assert attach.status == "successful", attach.stdout[-6000:]

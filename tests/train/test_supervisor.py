@@ -7,10 +7,13 @@ import itertools
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -400,6 +403,22 @@ def test_a_stale_job_from_before_a_reboot_is_lost_and_blocks_nothing(jobs):
         for other in others:
             other.kill()
             other.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="runs stop as another user (nobody)")
+def test_stop_as_another_user_is_a_clear_error():
+    """A run directory of root's (private), stopped by nobody: one line naming the owner."""
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)
+        run_dir = Path(top) / "r"
+        run_dir.mkdir(mode=0o700)
+        (run_dir / "job.json").write_text("{}")
+        done = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                    "/usr/bin/python3", SUPERVISOR, "stop", "--run-dir", run_dir], check=False)
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr == (f"supervisor: error: {run_dir} belongs to root (uid 0), not to you: "
+                           "run this as that user\n")
 
 
 def test_status_shows_a_dead_supervisor_as_lost(tmp_path):
