@@ -488,6 +488,10 @@ def test_verdict_names_host_rank_restarts_and_last_lines():
     stalled = launch.launch_verdict({**job, "reason": "stall", "suspect": "rank 1 on a: process "
                                      "7 is stopped"}, {}, ["a", "a"], unreachable=["c"])
     assert "the job stalled" in stalled and "stopped answering Ansible: c" in stalled
+    cut = launch.launch_verdict({**job, "reason": "summary_unreadable", "suspect": None}, {}, [])
+    assert cut.startswith("Training failed: rank 0's summary.json is unreadable (cut short: a "
+                          "full disk or a disk fault), so the run is not counted as completed; "
+                          "suspect: no rank named;")
 
 
 def test_finished_and_stopped_runs_are_not_failures_but_a_lost_launch_host_is():

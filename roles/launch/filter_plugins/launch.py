@@ -563,6 +563,8 @@ REASONS = {
     "rank_failed": "a rank failed",
     "stall": "the job stalled (no progress within its phase's timeout, or a rank frozen)",
     "max_restarts": "it kept failing after every automatic restart",
+    "summary_unreadable": "rank 0's summary.json is unreadable (cut short: a full disk or a disk "
+                          "fault), so the run is not counted as completed",
 }
 
 
