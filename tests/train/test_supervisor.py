@@ -315,6 +315,27 @@ def test_launcher_hanging_after_summary_is_stopped(jobs):
     assert "openpmix/prrte#1839" in job.log()
 
 
+def test_a_stop_in_the_back_off_names_the_checkpoint_that_exists(jobs):
+    """A stand-in launcher at step 150 whose latest checkpoint is step 100 fails: stopped in the
+    back-off, the run is at step 150 and a resume starts from 100."""
+    job = jobs("backoff")
+    beat = ('{"phase": "training", "step": 150, "steps": 1000, "progress": 0, "start": 0, '
+            '"time": %s, "pid": %s}')
+    (job.dir / "command.sh").write_text(
+        "mkdir -p checkpoints/step_00000100\n"
+        f"printf '{beat}' \"$(date +%s)\" $$ >logs/rank.0.heartbeat\n"
+        "sleep 2; exit 1\n")
+    job.start("--restart-backoff", 60)
+    job.wait(lambda j: j["state"] == "restarting", 30)
+    stopped = supervisor("stop", "--run-dir", job.dir, "--stop-grace", 10).stdout
+    assert f"{job.name}: stopped (user) at step 150; latest checkpoint at step 100" in stopped
+    done = job.wait_end(10)
+    assert (done["last_step"], done["checkpoint_step"]) == (150, 100)
+    [restart] = done["restarts"]
+    assert (restart["from_step"], restart["backoff_s"], restart["exit_status"]) == (100, 60, 1)
+    assert not (job.dir / "stop").exists()
+
+
 def test_a_non_zero_exit_or_a_cut_summary_is_never_completed(jobs):
     """Stand-ins for a launcher that exits 1 after rank 0 wrote summary.json (whole, or cut)."""
     whole, cut = jobs("whole"), jobs("cut")
