@@ -22,6 +22,7 @@ from train import checkpoint
 
 from .conftest import (
     MPIRUN,
+    PAGE,
     ROOT,
     disk_bytes,
     mpirun_cmd,
@@ -251,6 +252,25 @@ def test_full_disk_fails_a_checkpoint_and_the_job_resumes_once_space_is_freed(sm
     assert [s["step"] for s in summary(job.dir)["checkpoints_skipped"]] == [200]
     assert_same_weights(job.dir, whole)
     assert job.left() == []
+
+
+@needs_root
+def test_a_full_disk_under_job_json_is_retried_not_fatal(small_disk, jobs):
+    """A stand-in launcher fills the run directory's file system, beats step 5 into the last
+    page, and frees the space 3 s later: the supervisor records step 5 then, and goes on."""
+    job = jobs("full")
+    small_disk(job.dir, free=64 * PAGE, taken=PAGE)
+    (job.dir / "logs").mkdir()
+    beat = ('{"phase": "training", "step": 5, "steps": 5, "progress": 0, "start": 0, '
+            '"time": %s, "pid": %s}')
+    (job.dir / "command.sh").write_text(
+        "printf x >spare; cat /dev/zero >fill 2>/dev/null; rm spare\n"
+        f"printf '{beat}' \"$(date +%s)\" $$ >logs/rank.0.heartbeat\n"
+        "sleep 3; rm fill; sleep 2\n")
+    job.start()
+    done = job.wait_end(30)
+    assert (done["state"], done["last_step"]) == ("finished", 5), job.log()
+    assert "recorded the job's state in job.json again" in job.log()
 
 
 def test_stop_checkpoints_and_a_second_start_is_refused(jobs):

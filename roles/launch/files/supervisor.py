@@ -84,7 +84,8 @@ def failed_rank(text):
 
 
 def log(message):
-    print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}", flush=True)
+    with contextlib.suppress(OSError):  # a full disk: a gap in the account, the job goes on
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}", flush=True)
 
 
 def read_json(path):
@@ -359,7 +360,7 @@ class Adopted:
         while (code := self.poll()) is None:
             if time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(str(self.pid), timeout)
-            time.sleep(0.1)
+            time.sleep(0.5)  # on macOS each look runs ps
         return code
 
 
@@ -406,6 +407,13 @@ class Supervisor:
             if self.unsaved:
                 log("recorded the job's state in job.json again")
             self.unsaved = False
+
+    def write(self, name, text):
+        """Replace DIR/name; an error there (a full disk) is logged, never fatal."""
+        try:
+            write_atomic(self.dir / name, text)
+        except OSError as error:
+            log(f"could not write {name}: {error}")
 
     # ------------------------------------------------------------------ the whole job
 
@@ -522,13 +530,12 @@ class Supervisor:
             summary.update(restarts=len(restarts), restart_reasons=[r["reason"] for r in restarts],
                            wall_time_lost_s=round(sum(r["lost_s"] for r in restarts), 1),
                            hosts_left_out=self.job["left_out"])
-            write_atomic(self.dir / "summary.json", json.dumps(summary, indent=1) + "\n")
+            self.write("summary.json", json.dumps(summary, indent=1) + "\n")
         self.update(state=state, reason=reason, ended=time.time(), exit_status=code)
         while self.unsaved:  # the next launch judges the cluster by it: wait for space
             time.sleep(5)
             self.update()
-        with contextlib.suppress(OSError):
-            write_atomic(self.dir / "exit_status", f"{code}\n")  # the launcher's last exit code
+        self.write("exit_status", f"{code}\n")  # the launcher's last exit code
         log(f"job {state} ({reason}) at step {self.job['last_step']}; "
             f"{len(self.job['restarts'])} restart(s)")
         return 0 if state != "failed" else 1
@@ -593,7 +600,7 @@ class Supervisor:
             return "stopped", self.stop_word(), self.kill_job()
         if self.over_time() and self.stopping is None:
             log(f"time limit of {self.args.time_limit:g} s reached: asking the job to stop")
-            write_atomic(self.dir / "stop", "time_limit\n")
+            self.write("stop", "time_limit\n")
         if self.stopping is None and (self.dir / "stop").exists():
             self.stopping = (self.stop_word(), now)
             log(f"stop requested ({self.stopping[0]}): every rank stops at the next step")
@@ -710,7 +717,7 @@ class Supervisor:
         code = None
         if responsive:  # every process runs: a stop at the next step may still save a checkpoint
             log("every rank is responsive: asking for a graceful stop first")
-            write_atomic(self.dir / "stop", "stall\n")
+            self.write("stop", "stall\n")
             self.stopping = ("stall", time.monotonic())
             deadline = time.monotonic() + min(self.args.stop_grace, 30)
             while self.proc.poll() is None and time.monotonic() < deadline:
