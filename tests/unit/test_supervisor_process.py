@@ -71,3 +71,10 @@ def test_max_restarts_has_a_range():
     for bad in ("101", "-1", "1000000"):
         with pytest.raises(SystemExit):
             supervisor.parser().parse_args([*start, bad])
+
+
+def test_the_first_backoff_is_at_most_the_cap():
+    start = ["start", "--run-dir", "r", "--lock", "l", "--restart-backoff"]
+    assert supervisor.parser().parse_args([*start, "300"]).restart_backoff == 300
+    with pytest.raises(SystemExit):
+        supervisor.parser().parse_args([*start, "301"])

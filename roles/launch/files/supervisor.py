@@ -999,6 +999,13 @@ def restarts(text):
     return value
 
 
+def first_backoff(text):
+    value = seconds(text)
+    if value > BACKOFF_CAP:
+        raise ValueError
+    return value
+
+
 def stall(text):
     return text if text == "auto" else seconds(text)
 
@@ -1021,9 +1028,9 @@ def parser():
                    "write (default: 1800)")
     s.add_argument("--max-restarts", type=restarts, default=2, metavar="N",
                    help=f"0..{MAX_RESTARTS} (default: 2)")
-    s.add_argument("--restart-backoff", type=seconds, default=10, metavar="S",
-                   help="wait before a restart, doubling after each restart that trained no "
-                   f"step, at most {BACKOFF_CAP} s (default: 10)")
+    s.add_argument("--restart-backoff", type=first_backoff, default=10, metavar="S",
+                   help=f"0..{BACKOFF_CAP}: wait before a restart, doubling after each restart "
+                   f"that trained no step, at most {BACKOFF_CAP} s (default: 10)")
     s.add_argument("--exit-grace", type=seconds, default=60, metavar="S", help="stop a launcher "
                    "still running S seconds after summary.json (default: 60)")
     s.add_argument("--stop-grace", type=seconds, default=120, metavar="S", help="kill a job that "
