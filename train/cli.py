@@ -98,7 +98,7 @@ def parser():
         f"1 to {STEPS_MAX} (default: 500)")
     add("--batch-size", type=count(1, BATCH_MAX), metavar="B", help="global batch size, split "
         "over the ranks as evenly as it goes (64 over 3: 22/21/21), at least one example each "
-        f"(default: 64; 4 for LoRA; at most {BATCH_MAX})")
+        f"(default: 64, 4 for LoRA, or one example per rank on more ranks; at most {BATCH_MAX})")
     add("--lr", type=positive_float, help="Adam learning rate (default: 1e-3; 1e-5 for LoRA)")
     add("--seed", type=count(0, SEED_MAX), default=0, metavar="S", help="seed for "
         f"initialisation and data order, 0 to {SEED_MAX} (default: 0)")
@@ -156,10 +156,8 @@ def parse(argv=None):
         fail(f"unknown dataset '{args.dataset}' for model '{args.model}'; "
              f"choices: {', '.join(choices)}")
     check_data(args)
-    lr, batch_size = DEFAULTS["lora" if args.lora else "built-in"]
-    args.lr = args.lr or lr
-    args.batch_size = args.batch_size or batch_size
-    return args
+    args.lr = args.lr or DEFAULTS["lora" if args.lora else "built-in"][0]
+    return args  # the batch's default depends on the world size: check_world sets it
 
 
 def check_command(args):
@@ -213,6 +211,8 @@ def check_data(args):
 def check_world(args, world_size):
     if args.command is not None:  # the program's own flags are its business
         return
+    if args.batch_size is None:  # the default fits any world: at least one example per rank
+        args.batch_size = max(DEFAULTS["lora" if args.lora else "built-in"][1], world_size)
     if args.batch_size < world_size:
         fail(f"--batch-size {args.batch_size} leaves some of the {world_size} ranks without an "
              f"example; choose at least {world_size}")

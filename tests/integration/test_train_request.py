@@ -32,7 +32,10 @@ def shown_request(tmp_path, *extra):
     options, batch = shown.split(" — ")
     # The default batch on 3 ranks: as even a split as there is, and the play says so.
     assert " ".join(batch.split()) == "global batch 64 (22/21/21 per rank)"  # wrapped or not
-    return dict(word.split("=", 1) for word in options.split())
+    request = dict(word.split("=", 1) for word in options.split())
+    # ... and the batch it settled on is the request's from here on (every launch and restart).
+    assert request["batch_size"] == "64"
+    return request
 
 
 def test_a_later_extra_var_wins_over_recommended_yml(tmp_path):

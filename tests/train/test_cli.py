@@ -30,8 +30,19 @@ def test_help_documents_every_flag():
 
 def test_defaults_train_mlp_on_digits():
     args = cli.parse([])
+    cli.check_world(args, 1)
     assert (args.model, args.dataset, args.lora, args.batch_size, args.lr) == (
         "mlp", "digits", False, 64, 1e-3)
+
+
+def test_the_default_batch_fits_any_world_size(tiny_llm):
+    """64 (4 for LoRA), or one example per rank where there are more ranks."""
+    lora = ["--model", str(tiny_llm[0]), "--data", str(tiny_llm[1])]
+    for argv, world, batch in (([], 3, 64), ([], 65, 65), (lora, 3, 4), (lora, 5, 5),
+                               (lora, 16, 16)):
+        args = cli.parse(argv)
+        cli.check_world(args, world)
+        assert args.batch_size == batch, (argv, world)
 
 
 def test_unknown_model_names_value_and_choices(capsys):
@@ -103,7 +114,9 @@ def test_check_prints_the_settings_and_trains_nothing(tmp_path):
     assert (settings["steps"], settings["batch_size"], settings["dataset"]) == (7, 64, "digits")
     assert not (tmp_path / "run").exists()
     assert settings["batch"] == "global batch 64 (16 per rank)"
-    refused = run(train_cmd("--check", "65"), check=False)
+    grown = json.loads(run(train_cmd("--check", "65")).stdout)
+    assert grown["batch"] == "global batch 65 (1 per rank)"
+    refused = run(train_cmd("--check", "65", "--batch-size", "64"), check=False)
     assert refused.returncode == 2
     assert "--batch-size 64 leaves some of the 65 ranks without an example" in refused.stderr
 

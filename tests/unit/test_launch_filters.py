@@ -613,8 +613,8 @@ def test_a_value_ansible_split_at_its_spaces_is_refused_with_the_quoting_that_wo
      (["--batch-size=x"], "batch_size: 'x' is not an integer from 1 to 65536"),
      (["--model=-x"], "model: '-x' is not a name or path"),
      (["--model=gpt"], "dataset 'text' needs data PATH"),
-     (["--check=65"], "batch_size 64 leaves some of the 65 ranks without an example; choose at "
-                      "least 65")],
+     (["--check=65", "--batch-size=64"],
+      "batch_size 64 leaves some of the 65 ranks without an example; choose at least 65")],
 )
 def test_the_train_programs_errors_keep_the_users_names(argv, message):
     args = [sys.executable, "-m", "train", *argv] + ([] if "--check" in argv[0] else ["--check=2"])
