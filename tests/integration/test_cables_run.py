@@ -1,9 +1,9 @@
 """check.yml and train.yml over Thunderbolt cables (thunderbolt_topology: cables) on a virtual
 3-host ring: no bridge0, no shared segment, one point-to-point link per cable (en2, en3).
 
-One cluster (set up once with setup.yml in cables mode) serves the module; it is removed at the
-end, also when a test fails. The training results are compared with the same job on the shared
-bridge-topology cluster (tests/integration/conftest.py: train_cluster).
+The session's cable ring (tests/integration/conftest.py: cable_ring, set up once with setup.yml
+in cables mode, as test_cables.py checks) serves the module. The training results are compared
+with the same job on the shared bridge-topology cluster (conftest.py: train_cluster).
 """
 
 import contextlib
@@ -14,10 +14,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from tests.conftest import cluster_unavailable
 from tools.playbook import run_playbook
-from tools.vcluster import VirtualCluster
-from tools.wheelhouse import offline_pip_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -32,18 +29,9 @@ JOB = {"model": "mlp", "steps": 150, "batch_size": 48, "seed": 7, "eval_every": 
        "checkpoint_every": 0}
 
 
-@pytest.fixture(scope="module")
-def cables_cluster(tmp_path_factory):
-    reason = cluster_unavailable()
-    if reason:
-        pytest.skip(reason)
-    workdir = tmp_path_factory.mktemp("cables")
-    with VirtualCluster(hosts=3, cables="ring",
-                        extra_vars={"python_env_pip_extra_args": offline_pip_args()},
-                        workdir=workdir / "vc") as vc:
-        setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
-        assert setup.status == "successful", setup.stdout[-6000:]
-        yield vc
+@pytest.fixture
+def cables_cluster(cable_ring):
+    return cable_ring.vc
 
 
 def run_check(vc, tmp_path, name, **extravars):
