@@ -70,12 +70,20 @@ def _describe(sizes):
 
 
 def from_rank0(tree, group):
-    """Every rank gets rank 0's values (a sum in which the other ranks contribute zeros)."""
+    """Every rank gets rank 0's values (a sum in which the other ranks contribute zeros).
+
+    The sums run here, one by one in the order of their keys: rank 0's tree may come from a
+    checkpoint, whose keys are in another order than the tree the other ranks built (a LoRA
+    model's optimizer state), and sums evaluated later in each rank's own order would pair
+    different arrays (MPI_ERR_TRUNCATE, or a wrong value)."""
     if group.size() == 1:
         return tree
     keep = group.rank() == 0
-    return tree_map(
+    summed = tree_map(
         lambda a: mx.distributed.all_sum(a if keep else mx.zeros_like(a), group=group), tree)
+    for _, array in sorted(tree_flatten(summed), key=lambda item: item[0]):
+        mx.eval(array)
+    return summed
 
 
 def average_gradients(grads, group, bucket_bytes, wire_dtype=mx.float32):
