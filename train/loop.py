@@ -195,6 +195,8 @@ def run(args, group):
             window_start, saved = time.perf_counter(), step
 
         heartbeat.at("training", step)
+        if step == start + 1:
+            heartbeat.beat()  # at once: training has started
         if stop.item() and step < args.steps:
             if rank == 0:
                 heartbeat.at("checkpointing", step)

@@ -3,9 +3,11 @@ the real mpirun, launched as train.yml launches them (command.sh in the run dire
 `cd <work dir> && exec python -m train --out <work dir>/runs/<name> ...`). Faults are real
 signals; every test ends with no process of its job left, also when it fails."""
 
+import contextlib
 import itertools
 import json
 import os
+import random
 import shlex
 import shutil
 import signal
@@ -44,17 +46,15 @@ SETTINGS = ("--batch-size", "32", "--checkpoint-every", "100", "--log-every", "1
 # lands mid-run, not in the final checkpoint.
 STEPS = 6000
 STALL = 8  # --stall-timeout of these tests, seconds
-HOSTS = json.dumps([{"rank": 0, "host": "h0", "address": "local"},
-                    {"rank": 1, "host": "h1", "address": "local"}])
 names = itertools.count()
 
 
-def command_sh(work, name, steps):
+def command_sh(work, name, steps, ranks, settings):
     """train.yml's command.sh (its rank program) with this machine's mpirun, Python and train/."""
     layout = {"work_dir": shlex.quote(str(work)), "python": shlex.quote(sys.executable)}
     argv = [MPIRUN, "--bind-to", "none", "--oversubscribe",
-            *(["--allow-run-as-root"] if os.geteuid() == 0 else []), "-np", "2",
-            *launch.launch_rank_program(layout, f"runs/{name}"), *SETTINGS, "--steps", str(steps),
+            *(["--allow-run-as-root"] if os.geteuid() == 0 else []), "-np", str(ranks),
+            *launch.launch_rank_program(layout, f"runs/{name}"), *settings, "--steps", str(steps),
             f"--heartbeat=runs/{name}/logs/rank.{{rank}}.heartbeat"]
     return f"#!/bin/sh\nexport PYTHONPATH={ROOT}\nexec {shlex.join(argv)} \"$@\"\n"
 
@@ -66,19 +66,22 @@ def supervisor(*args, check=True):
 class Job:
     """One supervised run in its own work dir; cleanup() kills whatever of it is left."""
 
-    def __init__(self, tmp_path, kind, steps=STEPS):
+    def __init__(self, tmp_path, kind, steps=STEPS, ranks=2, settings=SETTINGS):
         self.work = tmp_path / "work"
         self.name = f"{kind}-{os.getpid()}-{next(names)}"
         self.dir = self.work / "runs" / self.name
         (self.dir / "logs").mkdir(parents=True)
-        (self.dir / "command.sh").write_text(command_sh(self.work, self.name, steps))
+        (self.dir / "command.sh").write_text(command_sh(self.work, self.name, steps, ranks,
+                                                        settings))
+        self.hosts = json.dumps([{"rank": r, "host": f"h{r}", "address": "local"}
+                                 for r in range(ranks)])
         self.lock = tmp_path / "supervisor.lock"
         self.pattern = supervisor_module.job_pattern(self.dir)
         self.pid = None
 
     def start(self, *options):
         out = supervisor("start", "--run-dir", self.dir, "--lock", self.lock, "--rank-hosts",
-                         HOSTS, "--stall-timeout", STALL, "--restart-backoff", 1, "--poll",
+                         self.hosts, "--stall-timeout", STALL, "--restart-backoff", 1, "--poll",
                          0.5, *options).stdout
         assert out.startswith("started "), out
         self.pid = int(out.split()[1])
@@ -157,8 +160,8 @@ def state(pid):
 def jobs(tmp_path):
     made = []
 
-    def make(kind, steps=STEPS):
-        made.append(Job(tmp_path, kind, steps))
+    def make(kind, steps=STEPS, **options):
+        made.append(Job(tmp_path, kind, steps, **options))
         return made[-1]
 
     yield make
@@ -424,7 +427,7 @@ def test_a_stale_job_from_before_a_reboot_is_lost_and_blocks_nothing(jobs):
     try:
         record = {"run": stale.name, "boot_id": "0b9a3f7e-5c1d-4e2a-8f6b-1d2c3e4f5a6b",
                   "state": "running", "reason": None, "restarts": [], "last_step": 40,
-                  "steps": 100, "rank_hosts": supervisor_module.rank_hosts(HOSTS, stale.dir)}
+                  "steps": 100, "rank_hosts": supervisor_module.rank_hosts(stale.hosts, stale.dir)}
         for who, other in zip(("keeper", "supervisor", "launcher"), others, strict=True):
             record.update(supervisor_module.identity(who, other.pid))
         (stale.dir / "job.json").write_text(json.dumps(record))
@@ -475,6 +478,23 @@ def test_status_shows_a_dead_supervisor_as_lost(tmp_path):
         "gone  lost  step 7/10  restarts 0  its supervisor is gone\n")
 
 
+def test_status_shows_the_ranks_phase(tmp_path):
+    run_dir = tmp_path / "runs" / "live"
+    run_dir.mkdir(parents=True)
+    job = {"run": "live", "boot_id": supervisor_module.boot_id(), "state": "running",
+           **supervisor_module.identity("supervisor", os.getpid()),  # this test: a live one
+           "last_step": 40, "steps": 200, "restarts": [], "reason": None,
+           "phases": {"0": "evaluating", "1": "evaluating", "2": "evaluating"}}
+    lines = []
+    for phase in ("evaluating", "loading"):
+        job["phases"]["2"] = phase
+        (run_dir / "job.json").write_text(json.dumps(job))
+        lines.append(supervisor("status", "--runs-dir", tmp_path / "runs").stdout)
+    assert lines == ["live  running  step 40/200 (evaluating)  restarts 0\n",
+                     "live  running  step 40/200 (rank 0 evaluating, rank 1 evaluating, rank 2 "
+                     "loading)  restarts 0\n"]
+
+
 def test_stop_kills_a_job_whose_supervisor_died(tmp_path):
     run_dir = tmp_path / "runs" / "orphan"
     run_dir.mkdir(parents=True)
@@ -494,3 +514,76 @@ def test_stop_kills_a_job_whose_supervisor_died(tmp_path):
         assert launcher.wait(5) == -signal.SIGKILL and not (run_dir / "stop").exists()
     finally:
         launcher.kill()
+
+
+# A LoRA job of the issue's kind (tests/conftest.py's tiny mlx-lm model, 3 ranks, the default
+# batch) whose load (tokenising a large train.jsonl, ~4 s of CPU per rank) and evaluation (a
+# large valid.jsonl, ~8 s per rank) each take longer than the stall timeout, also on a fast
+# machine; on this shared 2-core one, 8-40 s each, the test 40-100 s.
+LORA_STALL = 4
+LORA_SETTINGS = ("--checkpoint-every", "5", "--eval-every", "0", "--log-every", "5")
+
+
+def long_jsonl(directory, train, valid, words=100):
+    """mlx-lm jsonl data with train / valid examples of `words` words of the tiny vocabulary."""
+    rng = random.Random(0)
+    vocab = ["the", "cat", "dog", "is", "red", "blue", "green", "sat", "on", "a", "mat", "ran",
+             "to", "park"]
+    directory.mkdir()
+    for split, count in (("train", train), ("valid", valid)):
+        lines = (json.dumps({"text": " ".join(rng.choices(vocab, k=words))}) for _ in range(count))
+        (directory / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def phase_spans(beats, pid):
+    """{phase: seconds} of one process, from (monotonic time, heartbeat) samples."""
+    mine = [(t, b["phase"]) for t, b in beats if b["pid"] == pid]
+    spans = {}
+    for (t, phase), (t_next, _) in zip(mine, [*mine[1:], mine[-1]], strict=True):
+        spans[phase] = spans.get(phase, 0.0) + t_next - t
+    return spans
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_slow_load_and_evaluation_are_no_stall_and_a_rank_frozen_in_evaluation_is_caught(
+        jobs, tiny_llm, tmp_path):
+    model, _ = tiny_llm
+    data = long_jsonl(tmp_path / "data", train=40000, valid=8000)
+    job = jobs("phases", steps=10, ranks=3,
+               settings=("--model", str(model), "--data", str(data), *LORA_SETTINGS))
+    job.start("--stall-timeout", LORA_STALL)
+    beats, frozen, fault = [], None, None  # (time, heartbeat) of ranks 0 and 1, in order
+    files = [job.dir / "logs" / f"rank.{rank}.heartbeat" for rank in (0, 1)]
+    while job.job()["state"] not in ("finished", "stopped", "failed"):
+        for path in files:
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+                beats.append((time.monotonic(), json.loads(path.read_text())))
+        last = beats[-1][1] if beats else {}
+        # rank 1 a few batches into the first launch's evaluation
+        if frozen is None and last.get("phase") == "evaluating" and last["progress"] >= 3:
+            frozen, fault = last["pid"], time.time()
+            os.kill(frozen, signal.SIGSTOP)
+        time.sleep(0.05)
+    done = job.wait_end(10)
+
+    restart = done["restarts"][0]
+    detected = restart["at"] - fault
+    pids = list(dict.fromkeys(b["pid"] for _, b in beats if b["pid"] != frozen))
+    first, again = phase_spans(beats, pids[0]), phase_spans(beats, pids[-1])
+    print(f"\nrank 0 first launch: {first}\nrank 0 after the restart: {again}\nSIGSTOP of rank 1 "
+          f"while evaluating: detected after {detected:.1f} s (stall timeout {LORA_STALL} s)")
+    assert done["state"] == "finished" and done["reason"] == "completed", job.log()
+    assert len(done["restarts"]) == 1 and restart["reason"] == "stall", job.log()
+    assert restart["suspect"].startswith(f"rank 1 on h1: process {frozen} is stopped (state T")
+    # "rank 1's heartbeat not rewritten for 4 s (evaluating, ..." or, when the others had
+    # already finished their share, "no progress on any rank: rank 0 evaluating for 4 s, ..."
+    [stall] = [line for line in job.log().splitlines() if "stall: " in line]
+    assert "evaluating" in stall, stall
+    assert LORA_STALL - 1.5 < detected < LORA_STALL + 5, job.log()
+    # Neither launch's load, nor the whole evaluation after the restart, counted as a stall.
+    assert first["loading"] > LORA_STALL and again["loading"] > LORA_STALL, (first, again)
+    assert again["evaluating"] > LORA_STALL, again
+    assert restart["from_step"] == 5 and summary(job.dir)["steps"] == 10
+    assert job.left() == [] and state(frozen) is None

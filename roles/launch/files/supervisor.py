@@ -619,7 +619,7 @@ class Supervisor:
         REMOTE_EVERY seconds; rank 0's steps are the job's."""
         now = time.monotonic()
         remote = now >= self.remote_at
-        self.remote_at += REMOTE_EVERY if remote else 0
+        self.remote_at = now + REMOTE_EVERY if remote else self.remote_at
         for address, hosts in self.by_address().items():
             if address == "local":
                 beats = [read_json(beat_file(h)) for h in hosts]
