@@ -399,6 +399,19 @@ def test_a_killed_supervisor_is_replaced_and_a_later_fault_is_still_caught(jobs,
     assert job.left() == [] and state(frozen) is None
 
 
+def test_an_adopted_launchers_exit_code_is_read_from_its_wrapper(jobs):
+    """A stand-in launcher exits 3 after its supervisor was killed: the next one, which cannot
+    wait() for it, reads the code from launcher.exit."""
+    job = jobs("exit")
+    (job.dir / "command.sh").write_text("sleep 4; exit 3\n")
+    job.start("--max-restarts", 0)
+    before = job.wait(lambda j: j["launcher_pid"] is not None, 10)
+    os.kill(before["supervisor_pid"], signal.SIGKILL)
+    done = job.wait_end(30)
+    assert (done["state"], done["reason"], done["exit_status"]) == ("failed", "rank_failed", 3)
+    assert done["launcher_pid"] == before["launcher_pid"] and "adopted the launcher" in job.log()
+
+
 def test_stop_of_a_job_whose_keeper_and_supervisor_died_is_graceful(jobs):
     job = jobs("orphan", steps=100000)
     job.start()
