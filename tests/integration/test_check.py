@@ -13,10 +13,12 @@ import os
 import re
 import shlex
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
+from tests.integration.test_train_playbook import job_processes, vc_pids
 from tools.playbook import ROOT, run_playbook
 from tools.vcluster import sh, tbf_args
 
@@ -24,6 +26,8 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 # Bounds small enough that a hang shows up as a failed row well before the test times out.
 CHECK_VARS = {"doctor_timeout": 60, "doctor_mpi_timeout": 120}
+# doctor_mpi_timeout where every probe across the cluster hangs (each waits out the bound).
+HUNG_BOUND = 10
 
 
 @pytest.fixture
@@ -34,7 +38,13 @@ def cluster(train_cluster):
 
 def assert_whole(vc):
     """What the faults below break is as setup left it: logins with the pinned host keys, bridge0
-    up with its address and unshaped, Open MPI's programs and the installed train package."""
+    up with its address and unshaped, Open MPI's programs and the installed train package, and no
+    Open MPI process left on any host."""
+    nothing = {h.name: [] for h in vc.hosts}
+    deadline = time.monotonic() + 20  # a probe's processes end a moment after it
+    while (left := job_processes(vc)) != nothing and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert left == nothing, left
     for host in vc.hosts:
         login = sh(vc.ssh_argv(host, "hostname"), check=False)
         assert login.stdout.strip() == host.name, (host.name, login.stderr)
@@ -215,9 +225,12 @@ def test_hung_mpirun_becomes_a_failed_row_at_its_bound(cluster, tmp_path):
     with contextlib.ExitStack() as undo:
         cluster.run(c, ["mount", "--bind", str(stuck), "/usr/bin/orted"])
         undo.callback(cluster.run, c, ["umount", "/usr/bin/orted"])
+        # The stuck daemons outlive the probes that started them (and so do those probes' ssh
+        # clients on the launch host, until the daemons end).
+        undo.callback(kill_stuck_daemons, cluster, c)
 
         run = run_playbook("check.yml", cluster.inventory, tmp_path / "hang",
-                           extravars={**CHECK_VARS, "doctor_mpi_timeout": 30})
+                           extravars={**CHECK_VARS, "doctor_mpi_timeout": HUNG_BOUND})
         rows = [r for e in run.events if e.get("event") == "runner_on_ok"
                 and e["event_data"].get("task") == "Collect the rows of every host"
                 for r in e["event_data"]["res"]["ansible_facts"]["doctor_all_rows"]]
@@ -226,7 +239,7 @@ def test_hung_mpirun_becomes_a_failed_row_at_its_bound(cluster, tmp_path):
     bad = failed(rows)
     for check in ("mpirun_all", "mlx_mpi"):
         assert bad[(check, "cluster")]["reason"] == "timeout"
-        assert bad[(check, "cluster")]["detail"] == "hung, stopped after 30s"
+        assert bad[(check, "cluster")]["detail"] == f"hung, stopped after {HUNG_BOUND}s"
     assert ("mpirun_local", c) not in bad  # mpirun alone on c works: the hang is across hosts
     assert "mpirun across the cluster hangs" in run.stdout
 
@@ -247,6 +260,13 @@ def stop_sshd(vc, host):
 
 def start_sshd(vc, host):
     vc.start_sshd(host)
+
+
+def kill_stuck_daemons(vc, host):
+    for pid in vc_pids(vc.host(host).netns):
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            if Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x00600\x00":
+                os.kill(pid, signal.SIGKILL)
 
 
 def restore_host_keys(vc, host, keys, saved):
