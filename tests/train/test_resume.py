@@ -86,6 +86,7 @@ def test_resume_skips_damaged_checkpoints_and_says_so(tmp_path, whole):
     assert_same_weights(out, whole)
 
 
+@pytest.mark.slow
 @needs_mpirun
 def test_two_ranks_resume_from_rank0_checkpoint(tmp_path):
     whole, first, other = tmp_path / "whole", tmp_path / "first", tmp_path / "rank1"

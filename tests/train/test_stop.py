@@ -5,6 +5,8 @@ import json
 import subprocess
 import time
 
+import pytest
+
 from .conftest import ROOT, final_weights, mpirun_cmd, needs_mpirun, run, train_cmd
 from .test_resume import assert_same_weights
 
@@ -33,6 +35,7 @@ def wait_for(condition, timeout, process=None):
     return value
 
 
+@pytest.mark.slow
 @needs_mpirun
 def test_stop_file_stops_both_ranks_at_one_step_and_resume_completes(tmp_path):
     whole, out, other = tmp_path / "whole", tmp_path / "run", tmp_path / "rank1"

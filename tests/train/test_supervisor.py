@@ -223,6 +223,7 @@ def test_killed_rank_is_restarted(jobs, uninterrupted):
     assert job.left() == []
 
 
+@pytest.mark.slow
 @needs_root
 def test_full_disk_fails_a_checkpoint_and_the_job_resumes_once_space_is_freed(small_disk, jobs,
                                                                              tmp_path):
