@@ -31,6 +31,7 @@ from tests.integration.test_train_playbook import (
     vc_pids,
     wait_for,
 )
+from tests.train.conftest import long_jsonl, phase_spans
 from tools.playbook import ROOT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -134,6 +135,58 @@ def test_killed_rank_restarts_once_and_finishes(vc, reference, tmp_path):
     detected, resumed = restart["at"] - killed_at, restart["resumed_at"] - killed_at
     print(f"\nkilled rank: detected after {detected:.1f} s, training again after {resumed:.1f} s")
     assert_same_weights(final_weights(out), reference)
+
+
+def rank_beat(vc, host, name, rank):
+    """A rank's heartbeat on its host, {} before it writes one."""
+    text = vc.run(host, f"cat mlx-cluster/runs/{name}/logs/rank.{rank}.heartbeat 2>/dev/null "
+                  "|| true", user=host.user).stdout
+    with contextlib.suppress(ValueError):
+        return json.loads(text)
+    return {}
+
+
+def test_a_lora_job_slow_to_load_and_evaluate_runs_on_and_a_rank_frozen_evaluating_is_caught(
+        vc, tmp_path, tiny_llm):
+    """The issue's real job in small: a LoRA fine-tune on 3 ranks with the default batch whose
+    load (a large train.jsonl to tokenise) and evaluation (a large valid.jsonl) each outlast the
+    least stall_timeout, 10 s; rank 1, on another host than rank 0, SIGSTOPped mid-evaluation:
+    caught, resumed from the checkpoint at step 5, completed with that one restart."""
+    model, _ = tiny_llm
+    data = long_jsonl(tmp_path / "data", train=150000, valid=16000)
+    name, launch_host, victim = "lora-phases", vc.hosts[0], vc.hosts[1]  # rank 0; ranks 1, 2
+    thread, outcome = in_background(lambda: train(
+        vc, tmp_path, name, model=str(model), data=str(data), np=3, steps=10, checkpoint_every=5,
+        eval_every=0, log_every=5, stall_timeout=10))
+    beats, frozen, frozen_at = [], None, None  # (time, heartbeat) of ranks 0 and 1
+    try:
+        while thread.is_alive():
+            rank0, rank1 = rank_beat(vc, launch_host, name, 0), rank_beat(vc, victim, name, 1)
+            beats += [(time.monotonic(), b) for b in (rank0, rank1) if b]
+            if frozen is None and rank1.get("phase") == "evaluating" and rank1["progress"] >= 3:
+                os.kill(rank1["pid"], signal.SIGSTOP)
+                frozen, frozen_at = rank1["pid"], time.time()
+            time.sleep(0.5)
+    finally:
+        thread.join(timeout=1800)
+    run, out = outcome["value"]
+    assert frozen, f"rank 1 was never seen evaluating: {beats[-2:]}"
+    assert run.status == "successful", run.stdout[-6000:]
+    job = json.loads((out / "job.json").read_text())
+    [restart] = job["restarts"]
+    detected = restart["at"] - frozen_at
+    pids = list(dict.fromkeys(b["pid"] for _, b in beats if b["pid"] != frozen))
+    again = phase_spans(beats, pids[-1])  # rank 0 after the restart
+    print(f"\nLoRA, 3 ranks: rank 1 frozen evaluating, detected after {detected:.1f} s; "
+          f"rank 0 after the restart: {again}")
+    assert restart["reason"] == "stall" and restart["from_step"] == 5, restart
+    suspect = f"rank 1 on {victim.name}: process {frozen} is stopped"
+    assert restart["suspect"].startswith(suspect), restart
+    # the stall timeout, its heartbeat read over ssh every 5 s, then the probe and the kill
+    assert detected < 10 + 5 + 20, detected
+    assert again["loading"] > 10 and again["evaluating"] > 10, again
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["world_size"], summary["steps"], summary["restarts"]) == (3, 10, 1), summary
 
 
 def test_the_play_survives_the_controller_changing_address(vc, tmp_path):

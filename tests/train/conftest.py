@@ -4,6 +4,7 @@ plus small local data: IDX image files, a text file, a tiny mlx-lm model with js
 import gzip
 import json
 import os
+import random
 import shutil
 import struct
 import subprocess
@@ -81,6 +82,28 @@ def summary(out):
 
 def metrics(out):
     return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+
+
+def long_jsonl(directory, train, valid, words=100):
+    """mlx-lm jsonl data for tests/conftest.py's tiny_llm: `train` and `valid` examples of
+    `words` words of its vocabulary (a large split makes a slow load or evaluation)."""
+    rng = random.Random(0)
+    vocab = ["the", "cat", "dog", "is", "red", "blue", "green", "sat", "on", "a", "mat", "ran",
+             "to", "park"]
+    directory.mkdir()
+    for split, count in (("train", train), ("valid", valid)):
+        lines = (json.dumps({"text": " ".join(rng.choices(vocab, k=words))}) for _ in range(count))
+        (directory / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def phase_spans(beats, pid):
+    """{phase: seconds} of one process, from (monotonic time, heartbeat) samples."""
+    mine = [(t, b["phase"]) for t, b in beats if b["pid"] == pid]
+    spans = {}
+    for (t, phase), (t_next, _) in zip(mine, [*mine[1:], mine[-1]], strict=True):
+        spans[phase] = spans.get(phase, 0.0) + t_next - t
+    return spans
 
 
 def write_idx(path, array):

@@ -7,7 +7,6 @@ import contextlib
 import itertools
 import json
 import os
-import random
 import shlex
 import shutil
 import signal
@@ -27,9 +26,11 @@ from .conftest import (
     PAGE,
     ROOT,
     disk_bytes,
+    long_jsonl,
     mpirun_cmd,
     needs_mpirun,
     needs_root,
+    phase_spans,
     run,
     summary,
     train_cmd,
@@ -536,27 +537,6 @@ def test_stop_kills_a_job_whose_supervisor_died(tmp_path):
 # machine; on this shared 2-core one, 8-40 s each, the test 40-100 s.
 LORA_STALL = 4
 LORA_SETTINGS = ("--checkpoint-every", "5", "--eval-every", "0", "--log-every", "5")
-
-
-def long_jsonl(directory, train, valid, words=100):
-    """mlx-lm jsonl data with train / valid examples of `words` words of the tiny vocabulary."""
-    rng = random.Random(0)
-    vocab = ["the", "cat", "dog", "is", "red", "blue", "green", "sat", "on", "a", "mat", "ran",
-             "to", "park"]
-    directory.mkdir()
-    for split, count in (("train", train), ("valid", valid)):
-        lines = (json.dumps({"text": " ".join(rng.choices(vocab, k=words))}) for _ in range(count))
-        (directory / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
-    return directory
-
-
-def phase_spans(beats, pid):
-    """{phase: seconds} of one process, from (monotonic time, heartbeat) samples."""
-    mine = [(t, b["phase"]) for t, b in beats if b["pid"] == pid]
-    spans = {}
-    for (t, phase), (t_next, _) in zip(mine, [*mine[1:], mine[-1]], strict=True):
-        spans[phase] = spans.get(phase, 0.0) + t_next - t
-    return spans
 
 
 @pytest.mark.slow
