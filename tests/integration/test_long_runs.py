@@ -151,7 +151,8 @@ def test_a_lora_job_slow_to_load_and_evaluate_runs_on_and_a_rank_frozen_evaluati
     """The issue's real job in small: a LoRA fine-tune on 3 ranks with the default batch whose
     load (a large train.jsonl to tokenise) and evaluation (a large valid.jsonl) each outlast the
     least stall_timeout, 10 s; rank 1, on another host than rank 0, SIGSTOPped mid-evaluation:
-    caught, resumed from the checkpoint at step 5, completed with that one restart."""
+    caught, resumed from the checkpoint at step 5, completed with that one restart. About 2 min
+    (loads of 15-35 s, evaluations of 10-25 s; detected after 15 s)."""
     model, _ = tiny_llm
     data = long_jsonl(tmp_path / "data", train=150000, valid=16000)
     name, launch_host, victim = "lora-phases", vc.hosts[0], vc.hosts[1]  # rank 0; ranks 1, 2
