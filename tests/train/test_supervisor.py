@@ -532,9 +532,9 @@ def test_stop_kills_a_job_whose_supervisor_died(tmp_path):
 
 
 # A LoRA job of the kind (tests/conftest.py's tiny mlx-lm model, 3 ranks, the default
-# batch) whose load (tokenising a large train.jsonl, ~4 s of CPU per rank) and evaluation (a
+# batch) whose load (tokenising a large train.jsonl, ~6 s of CPU per rank) and evaluation (a
 # large valid.jsonl, ~8 s per rank) each take longer than the stall timeout, also on a fast
-# machine; on this shared 2-core one, 8-40 s each, the test 40-100 s.
+# machine; on this shared 2-core one, 8-40 s each, the test 1-2 min.
 LORA_STALL = 4
 LORA_SETTINGS = ("--checkpoint-every", "5", "--eval-every", "0", "--log-every", "5")
 
@@ -544,7 +544,7 @@ LORA_SETTINGS = ("--checkpoint-every", "5", "--eval-every", "0", "--log-every", 
 def test_slow_load_and_evaluation_are_no_stall_and_a_rank_frozen_in_evaluation_is_caught(
         jobs, tiny_llm, tmp_path):
     model, _ = tiny_llm
-    data = long_jsonl(tmp_path / "data", train=40000, valid=8000)
+    data = long_jsonl(tmp_path / "data", train=80000, valid=8000)
     job = jobs("phases", steps=10, ranks=3,
                settings=("--model", str(model), "--data", str(data), *LORA_SETTINGS))
     job.start("--stall-timeout", LORA_STALL)
