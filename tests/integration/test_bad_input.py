@@ -19,7 +19,7 @@ import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from tests.unit.plugins import ROOT, load
+from tests.unit.plugins import REQUEST_SPEC, ROOT, load
 from tools.playbook import run_playbook
 from train.__main__ import main as train_main
 
@@ -28,8 +28,6 @@ inventory_filters = load("roles/cluster/filter_plugins/inventory.py")
 cables_filters = load("roles/cluster/filter_plugins/cables.py")
 topology_filters = load("roles/cluster/filter_plugins/topology.py")
 networks_filters = load("roles/cluster/filter_plugins/networks.py")
-SPEC = yaml.safe_load((ROOT / "roles/launch/meta/argument_specs.yml").read_text())[
-    "argument_specs"]["request"]["options"]
 DEFAULTS = yaml.safe_load((ROOT / "roles/cluster/defaults/main.yml").read_text())
 
 
@@ -269,7 +267,7 @@ def train_refusal(hosts, extra):
     host_list = inventory_filters.cluster_hosts(hosts, names)
     cable_topology = topology_filters.cable_topology(host_list, cables_filters.cable_plan(
         tb["thunderbolt_cables"], names, tb["thunderbolt_cable_pool"]))
-    request = launch.launch_request(SPEC, [extra.get(name, "") for name in SPEC])
+    request = launch.launch_request(REQUEST_SPEC, [extra.get(name, "") for name in REQUEST_SPEC])
     action = ("status" if request["status"] else "attach" if request["attach"]
               else "stop" if request["stop"] else "launch")
     topology, backend = tb["thunderbolt_topology"], request["backend"]
@@ -281,7 +279,7 @@ def train_refusal(hosts, extra):
         + (topology_filters.cable_backend_errors(cable_topology, backend)
            if topology == "cables" and action == "launch"
            and backend in ("ring", "jaccl", "jaccl-ring") else [])
-        + launch.launch_unknown_options(varnames, SPEC)
+        + launch.launch_unknown_options(varnames, REQUEST_SPEC)
         + launch.launch_split_value_errors(extra.get("_raw_params", "")))
     if errors:
         return "\n  - ".join(["train.yml: fix these values and run it again:", *errors])
@@ -296,7 +294,7 @@ def train_refusal(hosts, extra):
                 return (f"train.yml: {launch.launch_train_check_error(stderr.getvalue())} — "
                         "fix that value and run it again")
     given = {name: value for name, value in request.items() if value is not None}
-    table = ArgumentSpecValidator(SPEC).validate(given).error_messages
+    table = ArgumentSpecValidator(REQUEST_SPEC).validate(given).error_messages
     return "Validation of arguments failed:\n" + "\n".join(table) if table else None
 
 

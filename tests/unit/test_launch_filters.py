@@ -16,16 +16,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.plugins import ROOT, load
+from tests.unit.plugins import REQUEST_SPEC, ROOT, load
 from train import cli
 
 launch = load("roles/launch/filter_plugins/launch.py")
 supervisor = load("roles/launch/files/supervisor.py")
 layout = load("roles/cluster/filter_plugins/layout.py")
 mpi = load("roles/cluster/filter_plugins/mpi.py")
-# The one table of train.yml's options (roles/launch/vars/main.yml reads the same file).
-REQUEST_SPEC = yaml.safe_load((ROOT / "roles/launch/meta/argument_specs.yml").read_text())[
-    "argument_specs"]["request"]["options"]
 
 
 def host(name, slots=1, tb=None, address=None):
