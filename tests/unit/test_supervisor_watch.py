@@ -2,6 +2,8 @@
 supervisor's clock (time rewritten: the process runs; phase, step, progress moved: the job
 advances), judged per phase with the stall and startup timeouts."""
 
+import json
+
 from tests.unit.plugins import load
 
 supervisor = load("roles/launch/files/supervisor.py")
@@ -91,3 +93,36 @@ def test_status_shows_the_phase_or_each_ranks_phase():
     assert supervisor.phases_text({"0": "evaluating", "1": "evaluating"}) == " (evaluating)"
     assert supervisor.phases_text({"0": "training", "1": "loading"}) == (
         " (rank 0 training, rank 1 loading)")
+
+
+def test_a_supervisor_held_up_after_reading_judges_what_it_read_not_the_time_it_lost(tmp_path):
+    """A loaded host or a slow disk can hold the supervisor up between reading the heartbeats
+    and judging them (seen in CI: a false stall naming a phase the ranks had left seconds
+    before). Real files, real clock: read, held up past the stall timeout, then judged."""
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    args = supervisor.parser().parse_args(
+        ["start", "--run-dir", str(run), "--lock", str(tmp_path / "lock"), "--stall-timeout",
+         "1", "--rank-hosts", '[{"rank": 0, "host": "h0", "address": "local"}]'])
+    sup = supervisor.Supervisor(args, run)
+    sup.watch_launch(supervisor.time.time())
+    (run / "logs" / "rank.0.heartbeat").write_text(
+        json.dumps({**beat("training", 3), "time": supervisor.time.time()}))
+    sup.watch_progress()
+    supervisor.time.sleep(1.5)  # held up
+    assert sup.check() is None
+    sup.watch_progress()  # read again: the same heartbeat, not rewritten for the timeout
+    assert "not rewritten for" in supervisor.judge_watches(sup.watches, sup.read_at, 1, 100)
+
+
+def test_a_heartbeat_is_this_launchs_by_its_own_hosts_clock(tmp_path):
+    """A previous launch's heartbeat left on a host is not this launch's, however far that
+    host's clock is ahead or behind: read_host reads the host's clock with the files."""
+    (tmp_path / "hb").write_text(json.dumps(beat("training", 3, time=1000.0)))
+    beats, states, ahead = supervisor.read_host("local", [tmp_path / "hb", tmp_path / "none"])
+    assert beats == [beat("training", 3, time=1000.0), None] and abs(ahead) < 2 and states
+    sup = supervisor.Supervisor.__new__(supervisor.Supervisor)
+    sup.launched_wall = 1100.0
+    assert not sup.this_launch(beats[0], 0) and not sup.this_launch(beats[0], -90)
+    assert sup.this_launch(beats[0], -120)  # the host's clock 2 minutes behind
+    assert not sup.this_launch(None, 0)

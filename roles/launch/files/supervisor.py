@@ -226,17 +226,23 @@ def beat_file(host):
 
 
 def read_host(address, files):
-    """([each heartbeat file's JSON, or None], {pid: ps state}) from a host, or None when ssh
-    cannot reach it."""
-    script = "".join(f"printf 'hb %s\\n' \"$(cat {shlex.quote(str(f))} 2>/dev/null)\"\n"
-                     for f in files) + "ps -A -o pid= -o stat=\n"
+    """([each heartbeat file's JSON, or None], {pid: ps state}, seconds the host's clock is
+    ahead of this one's) from a host, or None when ssh cannot reach it."""
+    script = "date +%s\n" + "".join(
+        f"printf 'hb %s\\n' \"$(cat {shlex.quote(str(f))} 2>/dev/null)\"\n" for f in files
+    ) + "ps -A -o pid= -o stat=\n"
+    asked = time.time()
     code, out = on_host(address, script)
     if code is None or (address != "local" and code == 255):
         return None
-    lines = out.splitlines()
+    clock, *lines = out.splitlines() or [""]
+    try:  # whole seconds, read somewhere in the round trip: the 5 s margin of this_launch covers it
+        ahead = int(clock) - (asked + time.time()) / 2
+    except ValueError:
+        ahead = 0.0
     beats = [parse_json(line[3:]) for line in lines[:len(files)]]
     states = dict(line.split(None, 1) for line in lines[len(files):] if line.strip())
-    return beats + [None] * (len(files) - len(beats)), states
+    return beats + [None] * (len(files) - len(beats)), states, ahead
 
 
 class Watch:
@@ -566,7 +572,8 @@ class Supervisor:
         """Watch a launch made at launched_wall (time.time()) afresh: no heartbeat seen yet."""
         self.launched, self.launched_wall = time.monotonic(), launched_wall
         self.watches = {h["rank"]: Watch(self.launched) for h in self.hosts}
-        self.remote_at, self.beat, self.samples = self.launched, None, []
+        self.remote_at = self.read_at = self.launched
+        self.beat, self.samples = None, []
         self.done_at, self.stopping = None, None
 
     def follow(self):
@@ -611,24 +618,27 @@ class Supervisor:
                     "killing it")
                 return "stopped", self.stopping[0], self.kill_job()
             return None
-        why = judge_watches(self.watches, now, self.stall_timeout(), self.args.startup_timeout)
+        # Judged as of the last reading: a supervisor held up after it (a loaded host, a slow
+        # disk) would otherwise see the ranks' old work as stalled.
+        why = judge_watches(self.watches, self.read_at, self.stall_timeout(),
+                            self.args.startup_timeout)
         return self.stalled(why) if why else None
 
     def watch_progress(self):
         """Every rank's heartbeat: the ranks on this host at every poll, the others' every
         REMOTE_EVERY seconds; rank 0's steps are the job's."""
-        now = time.monotonic()
+        now = self.read_at = time.monotonic()
         remote = now >= self.remote_at
         self.remote_at = now + REMOTE_EVERY if remote else self.remote_at
         for address, hosts in self.by_address().items():
             if address == "local":
-                beats = [read_json(beat_file(h)) for h in hosts]
+                beats, ahead = [read_json(beat_file(h)) for h in hosts], 0.0
             elif not remote or not (read := read_host(address, [beat_file(h) for h in hosts])):
                 continue
             else:
-                beats = read[0]
+                beats, _, ahead = read
             for h, beat in zip(hosts, beats, strict=True):
-                if beat and beat["time"] >= self.launched_wall - 5:  # not a previous launch's
+                if self.this_launch(beat, ahead):
                     self.watches[h["rank"]].see(beat, now)
         beat = self.watches[0].beat
         if beat and beat.get("phase") != "loading" and (
@@ -737,9 +747,10 @@ class Supervisor:
                 evidence += [(4, 0, h["rank"], f"host {address} unreachable over ssh")
                              for h in hosts]
                 continue
-            beats, states = read
+            beats, states, ahead = read
             for h, beat in zip(hosts, beats, strict=True):
-                evidence.append(self.judge_rank(h["rank"], beat, states))
+                evidence.append(self.judge_rank(h["rank"], beat if self.this_launch(beat, ahead)
+                                                else None, states))
         steps = [-e[1] for e in evidence if e[0] == 0]
         if steps and min(steps) < max(steps):
             evidence = [(1, e[1], e[2], f"{e[3]}, behind the others (at step {max(steps)})")
@@ -747,8 +758,13 @@ class Supervisor:
         strength, _, rank, why = max(evidence, key=lambda e: (e[0], e[1], -e[2]))
         return f"rank {rank} on {self.host_of(rank)}: {why}", strength <= 1
 
+    def this_launch(self, beat, ahead):
+        """Whether a heartbeat was written since this launch (not a previous one's, left on a
+        host), by the clock of its host, ahead seconds ahead of this one's."""
+        return beat is not None and beat["time"] >= self.launched_wall + ahead - 5
+
     def judge_rank(self, rank, beat, states):
-        if not beat or beat["time"] < self.launched_wall - 5:
+        if not beat:
             return 2, 0, rank, "no heartbeat since this launch"
         pid, step = str(beat["pid"]), beat["step"]
         state = states.get(pid)
