@@ -277,9 +277,18 @@ def test_train_args_only_carry_what_the_user_gave():
 def test_request_takes_the_tables_defaults():
     assert request()["backend"] == "mpi" and request()["time_limit"] == 86400
     assert request()["startup_timeout"] == 1800
+    assert request()["restart_backoff"] == 10
     assert request(backend="ring")["backend"] == "ring"
     assert request(resume="yes")["resume"] is True
     assert request(resume="maybe")["resume"] == "maybe"  # left for launch_request_errors
+
+
+def test_the_restart_options_keep_the_supervisors_defaults_and_bounds():
+    start = supervisor.parser().parse_args(["start", "--run-dir", "r", "--lock", "l"])
+    assert REQUEST_SPEC["restart_backoff"]["default"] == start.restart_backoff == 10
+    assert launch.LAUNCHER_NUMBERS["restart_backoff"] == (0, supervisor.BACKOFF_CAP)
+    assert REQUEST_SPEC["max_restarts"]["default"] == start.max_restarts
+    assert launch.LAUNCHER_NUMBERS["max_restarts"] == (0, supervisor.MAX_RESTARTS)
 
 
 def test_every_train_option_of_the_table_is_a_flag_of_python_m_train():
@@ -349,7 +358,8 @@ CLUSTER = [host("a", 2, tb="198.19.0.1"), host("b", 1, tb="198.19.0.2"), host("c
 def test_good_request_has_no_errors():
     request = {"model": "mlp", "steps": "20", "batch_size": "60", "np": "3", "lr": "1e-3",
                "seed": "0", "resume": "false", "run_name": "run-1", "backend": "mpi",
-               "mpi_extra_args": "--mca btl ^openib", "time_limit": "600"}
+               "mpi_extra_args": "--mca btl ^openib", "time_limit": "600",
+               "restart_backoff": "0"}
     assert launch.launch_request_errors(request, CLUSTER) == []
 
 
@@ -371,6 +381,8 @@ def test_good_request_has_no_errors():
      ({"mpi_extra_args": ["-v"] * 2000}, "mpi_extra_args: 12000 characters"),
      ({"max_restarts": "x"}, "max_restarts: 'x' is not an integer from 0 to 100"),
      ({"max_restarts": "1000000"}, "max_restarts: '1000000' is not an integer from 0 to 100"),
+     ({"restart_backoff": "301"}, "restart_backoff: '301' is not an integer from 0 to 300"),
+     ({"restart_backoff": "0.5"}, "restart_backoff: '0.5' is not an integer from 0 to 300"),
      ({"resume": "maybe"}, "resume: 'maybe' is not true or false"),
      ({"run_name": "../x"}, "run_name: '../x' is not a plain directory name"),
      ({"backend": "nccl"}, "backend: 'nccl' is not one of mpi, ring"),
@@ -561,7 +573,7 @@ def test_controller_paths_are_resolved_where_the_user_typed_them(tmp_path, monke
      # Near misses that used to pass without a word: an alias, one word of an option, one edit.
      ("epochs", "steps"), ("restarts", "max_restarts"), ("limit", "time_limit"),
      ("timeout", "stall_timeout or startup_timeout"), ("stpes", "steps"), ("widht", "width"),
-     ("seeds", "seed"), ("bacth_size", "batch_size"),
+     ("seeds", "seed"), ("bacth_size", "batch_size"), ("backoff", "restart_backoff"),
      ("every", "eval_every, checkpoint_every or log_every")],
 )
 def test_misspelt_options_name_the_one_meant(name, meant):

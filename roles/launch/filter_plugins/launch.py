@@ -19,16 +19,16 @@ BACKENDS = ("mpi", "ring", "jaccl", "jaccl-ring")
 MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")
 # Options of the launch itself; every other request option is a `python -m train` flag.
 LAUNCHER_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "time_limit",
-                    "stall_timeout", "startup_timeout", "max_restarts", "stop_grace",
-                    "follow_reconnect", "elastic", "attach", "stop", "status")
+                    "stall_timeout", "startup_timeout", "max_restarts", "restart_backoff",
+                    "stop_grace", "follow_reconnect", "elastic", "attach", "stop", "status")
 # fullmatch: `$` alone would let a trailing line break through (it breaks command.sh).
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # Characters of any one value: more is a slip (a pasted file), not a path or a command.
 VALUE_MAX = 4096
 # The launcher's numbers: (least, most) — far beyond a real run, low enough to catch a slip.
 LAUNCHER_NUMBERS = {"time_limit": (1, 365 * 86400), "max_restarts": (0, 100),
-                    "stop_grace": (10, 86400), "follow_reconnect": (0, 86400),
-                    "startup_timeout": (10, 86400)}
+                    "restart_backoff": (0, 300), "stop_grace": (10, 86400),
+                    "follow_reconnect": (0, 86400), "startup_timeout": (10, 86400)}
 STALL_TIMEOUT = (10, 86400)
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
