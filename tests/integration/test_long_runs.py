@@ -5,7 +5,8 @@ network, Ctrl-C, a second job, the time limit, a host powered off, resume and ru
 Every run trains the same mlp job (same seed, global batch and steps), so a run that was
 interrupted and resumed must end with the uninterrupted reference run's parameters. The job is
 sized to the faults: long enough that each lands mid-run on any machine, faults right after the
-first checkpoint, the smallest stall_timeout train.yml takes. Timings of fault -> detection ->
+first checkpoint, the smallest stall_timeout train.yml takes, restarts after 1 s (restart_backoff;
+the default back-off, its doubling and its cap: tests/unit). Timings of fault -> detection ->
 training again are printed for benchmarks/results/long_runs.md.
 """
 
@@ -40,6 +41,7 @@ JOB = {"model": "mlp", "steps": 600, "batch_size": 64, "seed": 3, "checkpoint_ev
        "eval_every": 0, "log_every": 50}
 FAULT_STEP = 100  # the first checkpoint: a resumed run repeats the fewest steps
 STALL = 10  # stall_timeout: the smallest train.yml takes
+BACKOFF = 1  # restart_backoff: seconds before a restart
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
 
@@ -110,7 +112,7 @@ def signal_a_rank(vc, tmp_path, name, victim, sig, **extravars):
 def test_frozen_rank_is_named_and_the_job_resumes_to_the_same_result(vc, reference, tmp_path):
     victim = vc.hosts[2].name  # rank 3
     run, out, frozen_at = signal_a_rank(vc, tmp_path, "frozen", victim, signal.SIGSTOP,
-                                        stall_timeout=STALL)
+                                        stall_timeout=STALL, restart_backoff=BACKOFF)
     assert run.status == "successful", run.stdout[-6000:]
     job = json.loads((out / "job.json").read_text())
     [restart] = job["restarts"]
@@ -125,11 +127,13 @@ def test_frozen_rank_is_named_and_the_job_resumes_to_the_same_result(vc, referen
 
 def test_killed_rank_restarts_once_and_finishes(vc, reference, tmp_path):
     victim = vc.hosts[1].name  # ranks 1 and 2
-    run, out, killed_at = signal_a_rank(vc, tmp_path, "killed-resumed", victim, signal.SIGKILL)
+    run, out, killed_at = signal_a_rank(vc, tmp_path, "killed-resumed", victim, signal.SIGKILL,
+                                        restart_backoff=BACKOFF)
     assert run.status == "successful", run.stdout[-6000:]
     job = json.loads((out / "job.json").read_text())
     [restart] = job["restarts"]
     assert restart["reason"] == "rank_failed" and victim in restart["suspect"]
+    assert restart["backoff_s"] == BACKOFF  # train.yml's restart_backoff reached the supervisor
     summary = json.loads((out / "summary.json").read_text())
     assert summary["restarts"] == 1
     detected, resumed = restart["at"] - killed_at, restart["resumed_at"] - killed_at
@@ -158,7 +162,7 @@ def test_a_lora_job_slow_to_load_and_evaluate_runs_on_and_a_rank_frozen_evaluati
     name, launch_host, victim = "lora-phases", vc.hosts[0], vc.hosts[1]  # rank 0; ranks 1, 2
     thread, outcome = in_background(lambda: train(
         vc, tmp_path, name, model=str(model), data=str(data), np=3, steps=10, checkpoint_every=5,
-        eval_every=0, log_every=5, stall_timeout=10))
+        eval_every=0, log_every=5, stall_timeout=10, restart_backoff=BACKOFF))
     beats, frozen, frozen_at = [], None, None  # (time, heartbeat) of ranks 0 and 1
     try:
         while thread.is_alive():
@@ -177,9 +181,10 @@ def test_a_lora_job_slow_to_load_and_evaluate_runs_on_and_a_rank_frozen_evaluati
     [restart] = job["restarts"]
     detected = restart["at"] - frozen_at
     pids = list(dict.fromkeys(b["pid"] for _, b in beats if b["pid"] != frozen))
-    again = phase_spans(beats, pids[-1])  # rank 0 after the restart
-    print(f"\nLoRA, 3 ranks: rank 1 frozen evaluating, detected after {detected:.1f} s; "
-          f"rank 0 after the restart: {again}")
+    first, again = phase_spans(beats, pids[0]), phase_spans(beats, pids[-1])  # before, after
+    print(f"\nLoRA, 3 ranks: rank 1 frozen evaluating, detected after {detected:.1f} s, "
+          f"training again after {restart['resumed_at'] - frozen_at:.1f} s; a rank before the "
+          f"restart: {first}; after it: {again}")
     assert restart["reason"] == "stall" and restart["from_step"] == 5, restart
     suspect = f"rank 1 on {victim.name}: process {frozen} is stopped"
     assert restart["suspect"].startswith(suspect), restart
@@ -343,7 +348,7 @@ def test_a_host_powered_off_is_named_and_rank_0s_results_come_back(vc, tmp_path)
 def test_elastic_job_finishes_on_the_hosts_left(vc, tmp_path):
     victim = vc.hosts[2]  # 1 of the 4 slots: a global batch of 48 splits over 4 and over 3
     run, out, off_at = power_off_mid_run(vc, tmp_path, "elastic", victim, elastic=True,
-                                         batch_size=48)
+                                         batch_size=48, restart_backoff=BACKOFF)
     assert run.status == "successful", run.stdout[-6000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 3 and summary["steps"] == JOB["steps"]
