@@ -40,9 +40,9 @@ supervisor_module = load("roles/launch/files/supervisor.py")
 launch = load("roles/launch/filter_plugins/launch.py")
 SETTINGS = ("--batch-size", "32", "--checkpoint-every", "100", "--log-every", "100",
             "--eval-every", "0")
-# Long enough on a fast machine that a fault injected at the second heartbeat (about 1 s in)
-# lands mid-run, not in the final checkpoint.
-STEPS = 6000
+# Long enough that a fault injected a few seconds in (a supervisor replaced, then a rank frozen)
+# lands mid-run, not in the final checkpoint: about 300 steps a second here, 10 s in all.
+STEPS = 3000
 STALL = 8  # --stall-timeout of these tests, seconds
 names = itertools.count()
 
