@@ -88,6 +88,22 @@ def test_a_rank_that_cannot_be_read_or_has_ended_is_not_frozen():
     assert judge(watches(refreshed("exiting", 5, step=50), ended), 5) is None
 
 
+def test_a_rank_last_read_loading_has_the_stall_timeout_once_another_trained_a_step():
+    """A host powered off soon after the start: its rank was last read loading (or never), the
+    others trained steps 101 to 105 of a launch resumed at 100 and then wait for it."""
+    def training(t, step):
+        return t, {**beat("training", step, time=1000.0 + t), "start": 100}
+
+    trained = [training(t, min(100 + t, 105)) for t in range(21)]
+    for unread in ([(0, beat("loading", time=1000.0))], []):
+        why = judge(watches(trained, unread), 20)
+        assert why and why.endswith(f"rank 1 {'loading' if unread else 'not started'} for 20 s "
+                                    "(timeout 10 s)"), why
+    # before a step of this launch, a rank still loading has the startup timeout
+    waiting = [training(t, 100) for t in range(21)]
+    assert judge(watches(waiting, refreshed("loading", 20)), 20) is None
+
+
 def test_status_shows_the_phase_or_each_ranks_phase():
     assert supervisor.phases_text({}) == ""
     assert supervisor.phases_text({"0": "evaluating", "1": "evaluating"}) == " (evaluating)"

@@ -279,12 +279,17 @@ def judge_watches(watches, now, stall, startup):
     phase but exiting (a rank that has ended beats no more); a host that cannot be read is not
     judged frozen. The job is stalled when no rank's work has moved within its phase's limit:
     one rank waiting for another (at a collective, or while rank 0 writes a checkpoint) is no
-    stall while the other advances."""
+    stall while the other advances. Once a rank has trained a step of this launch, every rank
+    has loaded (a step is a collective): one last read loading, or never read, is judged with
+    the stall timeout (its host stopped answering, e.g. powered off, before it was read again)."""
     for rank, w in sorted(watches.items()):
         if w.beat and w.phase() != "exiting" and w.read - w.alive > stall:
             return (f"rank {rank}'s heartbeat not rewritten for {w.read - w.alive:.0f} s "
                     f"({w.phase()}, timeout {stall:g} s)")
-    limits = {rank: phase_limit(w.phase(), stall, startup) for rank, w in watches.items()}
+    trained = any(w.beat and w.beat.get("start") is not None and w.beat["step"] > w.beat["start"]
+                  for w in watches.values())
+    limits = {rank: stall if trained and w.phase() in (None, "loading")
+              else phase_limit(w.phase(), stall, startup) for rank, w in watches.items()}
     if all(now - w.moved > limits[rank] for rank, w in watches.items()):
         return "no progress on any rank: " + ", ".join(
             f"rank {rank} {w.phase() or 'not started'} for {now - w.moved:.0f} s "
