@@ -1,20 +1,29 @@
 """The virtual clusters the integration tests share, each built and set up once per session and
 torn down at its end, also on failure (setting one up takes minutes on a shared 2-core machine):
-train_cluster, the bridge cluster train.yml's and check.yml's tests run on, and cable_ring, the
-3-host cable ring of test_cables.py and test_cables_run.py. A test that breaks something on one
-undoes it before it ends."""
+train_cluster, the bridge cluster train.yml's and check.yml's tests run on, cable_ring, the
+3-host cable ring of test_cables.py and test_cables_run.py, and fresh_install, the cluster with a
+login per host that test_setup.py and test_ssh_mesh.py see set up from nothing. A test that breaks
+something on one undoes it before it ends."""
 
 import dataclasses
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import cluster_unavailable
 from tools.playbook import PlaybookRun, run_playbook
-from tools.vcluster import VirtualCluster
+from tools.vcluster import VirtualCluster, sh
 from tools.wheelhouse import offline_pip_args
 
 TRAIN_SLOTS = [1, 2, 1]
+USER_KEY = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@laptop"
+)
+USER_HOST_KEY = " ".join(USER_KEY.split()[:2])
+# Global lines before any Host: they must keep applying to every host after setup.
+USER_CONFIG = "ServerAliveInterval 42\n\nHost userhost\n    User someone\n"
+STRICT = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5"]
 
 
 @pytest.fixture(scope="session")
@@ -59,3 +68,103 @@ def cable_ring(tmp_path_factory):
         setup = run_playbook("setup.yml", vc.inventory, workdir / "setup")
         assert setup.status == "successful", setup.stdout[-6000:]
         yield CableRing(vc, workdir, check, setup)
+
+
+@dataclasses.dataclass
+class FreshInstall:
+    vc: VirtualCluster
+    workdir: Path  # for the runner directories of the playbooks run on it
+    user_ssh: dict[str, dict]  # each host's ~/.ssh files as the user had them before setup
+    noop_reset: PlaybookRun  # reset.yml --tags ssh_mesh on hosts that never had the mesh
+    check: PlaybookRun  # setup.yml --check --diff, before any setup
+    ssh_after_check: dict[str, dict]  # each host's ~/.ssh files after it
+    bridge0_after_check: dict[str, str]  # each host's `ip -4 addr show dev bridge0` after it
+    first: PlaybookRun  # the fresh setup.yml, its environment installed from the wheelhouse
+    second: PlaybookRun  # setup.yml again
+
+
+@pytest.fixture(scope="session")
+def fresh_install(tmp_path_factory):
+    """3 hosts, each with a login of its own that already had ~/.ssh files, set up from nothing:
+    a reset of the mesh they never had, a --check --diff run, the fresh setup.yml and its re-run
+    (the one full install from the wheelhouse, and its idempotence, that test_setup.py proves)."""
+    reason = cluster_unavailable()
+    if reason:
+        pytest.skip(reason)
+    workdir = tmp_path_factory.mktemp("fresh-install")
+    with VirtualCluster(hosts=3, distinct_users=True, workdir=workdir / "vc",
+                        extra_vars={"python_env_pip_extra_args": offline_pip_args()}) as vc:
+        noop_reset = run_playbook("reset.yml", vc.inventory, workdir / "noop-reset",
+                                  cmdline="--tags ssh_mesh")
+        user_ssh = seed_user_files(vc)
+        check = run_playbook("setup.yml", vc.inventory, workdir / "check", cmdline="--check --diff")
+        ssh_after_check = {h.name: ssh_files(vc, h) for h in vc.hosts}
+        bridge0_after_check = {h.name: vc.run(h, "ip -4 addr show dev bridge0").stdout
+                               for h in vc.hosts}
+        first = run_playbook("setup.yml", vc.inventory, workdir / "first")
+        assert first.status == "successful", first.stdout[-6000:]
+        second = run_playbook("setup.yml", vc.inventory, workdir / "second")
+        yield FreshInstall(vc, workdir, user_ssh, noop_reset, check, ssh_after_check,
+                           bridge0_after_check, first, second)
+
+
+@pytest.fixture
+def fresh(fresh_install, tmp_path):
+    """fresh_install for one test. After it, a check that the test left the cluster as setup made
+    it; if not, setup.yml puts it back for the tests after, and the test fails saying so."""
+    yield fresh_install
+    broken = broken_parts(fresh_install.vc)
+    if broken:
+        fresh_install.vc.sudo_password(None)
+        repair = run_playbook("setup.yml", fresh_install.vc.inventory, tmp_path / "repair")
+        pytest.fail(f"the test left fresh_install broken: {broken}; setup.yml again: "
+                    f"{repair.status}, then {broken_parts(fresh_install.vc) or 'whole'}")
+
+
+def broken_parts(vc) -> list[str]:
+    """What the tests on fresh_install break and do not put back as setup made it: logins from
+    the controller with passwordless sudo, bridge0 up with its address and nothing else on en0,
+    the mesh's logins between every pair over bridge0 with the pinned host keys."""
+    broken = []
+    for host in vc.hosts:
+        login = sh(vc.ssh_argv(host, "sudo -n true && hostname"), check=False)
+        if login.stdout.strip() != host.name:
+            broken.append(f"{host.name}: login with sudo -n: {login.stderr.strip()}")
+        bridge0 = vc.run(host, "ip -4 addr show dev bridge0").stdout
+        if "state UP" not in bridge0 or f"inet {host.thunderbolt_ip}/" not in bridge0:
+            broken.append(f"{host.name}: bridge0: {bridge0}")
+        en0 = vc.run(host, "ip -4 -o addr show dev en0").stdout.splitlines()
+        if len(en0) != 1:
+            broken.append(f"{host.name}: en0: {en0}")
+        for target in vc.hosts:
+            if target is not host:
+                done = vc.run(host, ["ssh", *STRICT, target.thunderbolt_ip, "hostname"],
+                              user=host.user, check=False)
+                if done.stdout.strip() != target.name:
+                    broken.append(f"{host.name} -> {target.name}: {done.stderr.strip()}")
+    return broken
+
+
+def seed_user_files(vc) -> dict[str, dict]:
+    """Lines the user had before setup; returns each host's ~/.ssh files as they were.
+    known_hosts holds the user's own (stale) pin of another cluster host's Thunderbolt
+    address: setup must neither delete it nor let it break the mesh."""
+    before = {}
+    for host in vc.hosts:
+        other = vc.hosts[host.index % len(vc.hosts)]
+        script = f"""
+            set -e
+            echo '{USER_KEY}' >> ~/.ssh/authorized_keys
+            echo 'userhost.example {USER_HOST_KEY}' >> ~/.ssh/known_hosts
+            echo '{other.thunderbolt_ip} {USER_HOST_KEY}' >> ~/.ssh/known_hosts
+            printf '{USER_CONFIG}' > ~/.ssh/config && chmod 600 ~/.ssh/config
+            ssh-keygen -q -t ed25519 -N '' -C own-key -f ~/.ssh/id_ed25519
+        """
+        vc.run(host.name, textwrap.dedent(script), user=host.user)
+        before[host.name] = ssh_files(vc, host)
+    return before
+
+
+def ssh_files(vc, host) -> dict:
+    names = ["authorized_keys", "known_hosts", "config", "id_ed25519", "id_ed25519.pub"]
+    return {n: vc.run(host.name, ["cat", f"{host.home}/.ssh/{n}"]).stdout for n in names}

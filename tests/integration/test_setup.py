@@ -1,30 +1,30 @@
-"""setup.yml driven through ansible-runner: check mode, idempotence, a sudo password (-K).
-Bad inventories: test_bad_input.py."""
+"""setup.yml driven through ansible-runner: check mode, the fresh install from the wheelhouse,
+idempotence, a sudo password (-K), on the session's fresh_install (tests/integration/conftest.py:
+3 hosts, a login of its own on each, set up from nothing). Bad inventories: test_bad_input.py."""
 
 import textwrap
 
 import pytest
 
 from tools.playbook import run_playbook
-from tools.wheelhouse import offline_pip_args
 
 
 @pytest.mark.cluster
 @pytest.mark.slow
 def test_check_mode_then_setup_then_rerun_changes_nothing_also_with_a_sudo_password(
-        vcluster, tmp_path):
-    vc = vcluster(hosts=2, extra_vars={"python_env_pip_extra_args": offline_pip_args()})
+        fresh, tmp_path):
+    vc = fresh.vc
 
-    check = run_playbook("setup.yml", vc.inventory, tmp_path / "check", cmdline="--check --diff")
+    check = fresh.check
     assert check.status == "successful", check.stdout[-6000:]
     for host in vc.hosts:  # check mode left bridge0 without an address
-        assert "inet " not in vc.run(host.name, "ip -4 addr show dev bridge0").stdout
+        assert "inet " not in fresh.bridge0_after_check[host.name]
 
-    first = run_playbook("setup.yml", vc.inventory, tmp_path / "first")
+    first = fresh.first
     assert first.status == "successful", first.stdout[-6000:]
     assert first.changed(), "a fresh cluster needs changes"
 
-    second = run_playbook("setup.yml", vc.inventory, tmp_path / "second")
+    second = fresh.second
     assert second.status == "successful", second.stdout[-6000:]
     assert second.changed() == [], textwrap.indent(str(second.changed()), "  ")
     assert set(second.stats["changed"].values()) <= {0}

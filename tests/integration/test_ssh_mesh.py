@@ -1,21 +1,22 @@
-"""The ssh_mesh role and its reset on a virtual cluster, driven through ansible-runner.
+"""The ssh_mesh role and its reset on the session's fresh_install (tests/integration/conftest.py:
+3 hosts, a login of its own on each, set up from nothing), driven through ansible-runner.
 
 Asserted for real inside the hosts: logins between every pair with strict host key
 checking, mesh keys accepted only from the cluster's addresses and without forwarding,
 both launchers (mpirun, mlx.launch) working with those restrictions, the mesh following the
 inventory (a removed host loses its key and pins, a rotation replaces every key, --limit
 removes nothing), the user's own lines surviving setup and reset byte for byte, a changed
-host key failing the verification with the pair named."""
+host key failing the verification with the pair named. Each test leaves the mesh as setup made
+it, for the tests after it."""
 
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.integration.conftest import STRICT, ssh_files
 from tools.playbook import run_playbook
-from tools.wheelhouse import offline_pip_args
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -34,12 +35,6 @@ VERIFY_PLAY = """\
         name: ssh_mesh
         tasks_from: verify
 """
-USER_KEY = (
-    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl me@laptop"
-)
-USER_HOST_KEY = " ".join(USER_KEY.split()[:2])
-# Global lines before any Host: they must keep applying to every host after setup.
-USER_CONFIG = "ServerAliveInterval 42\n\nHost userhost\n    User someone\n"
 MODES = {
     ".ssh": "700",
     ".ssh/mlx_cluster_ed25519": "600",
@@ -53,44 +48,12 @@ import sys, mlx.core as mx
 g = mx.distributed.init(strict=True)
 sys.stdout.write(f"sum {g.size()} {mx.distributed.all_sum(mx.array(1.0)).item()}\\n")
 """
-STRICT = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5"]
 
 
 def playbook(tmp_path: Path, name: str, text: str) -> str:
     path = tmp_path / name
     path.write_text(text)
     return str(path)
-
-
-def give_bridge0_addresses(vc):
-    """What the thunderbolt role does, so the mesh is checked over the MPI addresses."""
-    for host in vc.hosts:
-        vc.run(host.name, ["ip", "addr", "add", f"{host.thunderbolt_ip}/24", "dev", "bridge0"])
-
-
-def seed_user_files(vc):
-    """Lines the user had before setup; returns each host's ~/.ssh files as they were.
-    known_hosts holds the user's own (stale) pin of another cluster host's Thunderbolt
-    address: setup must neither delete it nor let it break the mesh."""
-    before = {}
-    for host in vc.hosts:
-        other = vc.hosts[host.index % len(vc.hosts)]
-        script = f"""
-            set -e
-            echo '{USER_KEY}' >> ~/.ssh/authorized_keys
-            echo 'userhost.example {USER_HOST_KEY}' >> ~/.ssh/known_hosts
-            echo '{other.thunderbolt_ip} {USER_HOST_KEY}' >> ~/.ssh/known_hosts
-            printf '{USER_CONFIG}' > ~/.ssh/config && chmod 600 ~/.ssh/config
-            ssh-keygen -q -t ed25519 -N '' -C own-key -f ~/.ssh/id_ed25519
-        """
-        vc.run(host.name, textwrap.dedent(script), user=host.user)
-        before[host.name] = ssh_files(vc, host)
-    return before
-
-
-def ssh_files(vc, host) -> dict:
-    names = ["authorized_keys", "known_hosts", "config", "id_ed25519", "id_ed25519.pub"]
-    return {n: vc.run(host.name, ["cat", f"{host.home}/.ssh/{n}"]).stdout for n in names}
 
 
 def login(vc, source, address, *options):
@@ -142,26 +105,16 @@ def check_the_launchers(vc):
     assert "exited with code" not in ring.stdout + ring.stderr
 
 
-def test_mesh_trusts_only_the_cluster_follows_the_inventory_and_resets_exactly(
-    vcluster, tmp_path
-):
+def test_mesh_trusts_only_the_cluster_follows_the_inventory_and_resets_exactly(fresh, tmp_path):
     """One cluster for everything the mesh promises (setting one up costs minutes)."""
-    vc = vcluster(
-        hosts=3, distinct_users=True,
-        extra_vars={"python_env_pip_extra_args": offline_pip_args()},
-    )  # fmt: skip
-    give_bridge0_addresses(vc)
-    before = seed_user_files(vc)
+    vc, before = fresh.vc, fresh.user_ssh
     mesh = playbook(tmp_path, "mesh.yml", MESH_PLAY)
 
-    dry = run_playbook(mesh, vc.inventory, tmp_path / "dry", cmdline="--check --diff")
-    assert dry.status == "successful", dry.stdout[-6000:]
-    assert {h.name: ssh_files(vc, h) for h in vc.hosts} == before
-
+    assert fresh.check.status == "successful", fresh.check.stdout[-6000:]
+    assert fresh.ssh_after_check == before
     # The whole of setup: its hostfiles step already runs mpirun across the cluster.
-    first = run_playbook("setup.yml", vc.inventory, tmp_path / "first")
+    first, second = fresh.first, fresh.second
     assert first.status == "successful", first.stdout[-6000:]
-    second = run_playbook(mesh, vc.inventory, tmp_path / "second")
     assert second.status == "successful", second.stdout[-6000:]
     assert second.changed() == []
     assert set(second.stats["changed"].values()) <= {0}
@@ -279,17 +232,18 @@ def test_mesh_trusts_only_the_cluster_follows_the_inventory_and_resets_exactly(
         other = vc.hosts[0] if host is not vc.hosts[0] else vc.hosts[1]
         assert login(vc, host, other.thunderbolt_ip).returncode != 0
 
+    # Setup brings the mesh back, for the tests after this one.
+    again = run_playbook("setup.yml", vc.inventory, tmp_path / "again", cmdline="--tags ssh_mesh")
+    assert again.status == "successful", again.stdout[-6000:]
 
-def test_changed_host_key_fails_the_verification_naming_each_pair(vcluster, tmp_path):
-    vc = vcluster(hosts=3)
-    give_bridge0_addresses(vc)
-    # Reset on hosts that never had the mesh (no ~/.ssh/config yet) changes nothing.
-    noop = run_playbook("reset.yml", vc.inventory, tmp_path / "noop", cmdline="--tags ssh_mesh")
+
+def test_changed_host_key_fails_the_verification_naming_each_pair(fresh, tmp_path):
+    vc = fresh.vc
+    # Reset on hosts that never had the mesh (no ~/.ssh/config yet) changed nothing.
+    noop = fresh.noop_reset
     assert noop.status == "successful", noop.stdout[-6000:]
     assert noop.changed() == []
     mesh = playbook(tmp_path, "mesh.yml", MESH_PLAY)
-    first = run_playbook(mesh, vc.inventory, tmp_path / "first")
-    assert first.status == "successful", first.stdout[-6000:]
 
     # Reinstall host 2's host keys; the controller learns them (Ansible must still get in),
     # the mesh's pinned keys are now wrong.
@@ -314,6 +268,9 @@ def test_changed_host_key_fails_the_verification_naming_each_pair(vcluster, tmp_
     verify = run_playbook(
         playbook(tmp_path, "verify.yml", VERIFY_PLAY), vc.inventory, tmp_path / "v"
     )
+    # Setup pins the host's real keys again, and the mesh is whole (before the assertions:
+    # the tests after this one share the mesh).
+    again = run_playbook(mesh, vc.inventory, tmp_path / "again")
     assert verify.status == "failed"
     [failure] = verify.task_results("runner_on_failed")
     message = failure["res"]["msg"]
@@ -321,7 +278,4 @@ def test_changed_host_key_fails_the_verification_naming_each_pair(vcluster, tmp_
         pair = f"{source.name} -> {changed.name} ({changed.thunderbolt_ip})"
         assert f"{pair}: Host key verification failed." in message, message
     assert f"{changed.name} -> " not in message  # host 2 itself still reaches the others
-
-    # Setup pins the host's real keys again, and the mesh is whole.
-    again = run_playbook(mesh, vc.inventory, tmp_path / "again")
     assert again.status == "successful", again.stdout[-6000:]
