@@ -5,6 +5,7 @@ minutes on a shared 2-core machine. Models and step counts are tiny; the asserti
 outcomes: files on the controller, summary.json, interface byte counters, processes per host.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -262,24 +263,78 @@ def test_mlx_launch_runs_with_the_hosts_json_setup_rendered(cluster):
     assert done.stdout.splitlines().count("sum 4 4.0") == 4, done.stdout
 
 
-def test_data_on_the_controller_is_copied_to_every_host(cluster, tmp_path):
-    vc = cluster
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
-    run, out = train(vc, tmp_path, "gpt", model="gpt", dataset="text", data=str(corpus),
-                     steps=10, batch_size=8, report_to="tensorboard")
+def rx_bytes(vc):
+    """{(host, interface): bytes received} of every host's en0 and bridge0."""
+    return {(h.name, ifname): vc.iface_bytes(h, ifname)[0]
+            for h in vc.hosts for ifname in ("en0", "bridge0")}
+
+
+def staged_launch(vc, tmp_path, name, corpus, **extravars):
+    """A short gpt run on corpus; the run and the bytes each interface received during it."""
+    before = rx_bytes(vc)
+    run, out = train(vc, tmp_path, name, model="gpt", dataset="text", data=str(corpus),
+                     steps=4, batch_size=8, **extravars)
     assert run.status == "successful", run.stdout[-6000:]
-    assert "--data=data/corpus.txt" in (out / "command.sh").read_text()
-    # rank 0's TensorBoard events came back with the results
-    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    after = rx_bytes(vc)
+    return run, out, {key: after[key] - before[key] for key in after}
+
+
+def copies(vc):
+    """{host: (sha256, inode and ctime)} of each host's staged corpus."""
+    found = {}
     for host in vc.hosts:
-        copy = vc.run(host, "cat mlx-cluster/data/corpus.txt", user=host.user).stdout
-        assert copy == corpus.read_text(), host.name
-        # Private to the user, like the run directories.
-        modes = vc.run(host, "stat -c %a mlx-cluster/data mlx-cluster/data/corpus.txt "
-                       "mlx-cluster/runs", user=host.user).stdout.split()
-        assert modes == ["700", "600", "700"], host.name
+        out = vc.run(host, "sha256sum mlx-cluster/data/corpus.txt && "
+                     "stat -c '%i %Z' mlx-cluster/data/corpus.txt", user=host.user).stdout.split()
+        found[host.name] = (out[0], out[2:])
+    return found
+
+
+def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):
+    """-e data: the controller sends the corpus once, to the launch host, which sends it on to the
+    other hosts over bridge0; a second launch sends nothing and reads no copy; a copy changed on
+    one host is named and sent again. Bytes counted on every host's interfaces; the same job
+    without staging (the second launch) is the baseline of its other traffic."""
+    vc = cluster
+    size = 4 << 20
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(os.urandom(size))  # incompressible
+    digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
+    launch_host, others = vc.hosts[0].name, [h.name for h in vc.hosts[1:]]
+    first, out, staged = staged_launch(vc, tmp_path, "staged", corpus, report_to="tensorboard")
+    assert "--data=data/corpus.txt" in (out / "command.sh").read_text()
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))  # rank 0's, fetched
     assert json.loads((out / "summary.json").read_text())["world_size"] == 4
+    assert first.stdout.count("corpus.txt: not there: sending it again") == 3, first.stdout[-6000:]
+    sent = copies(vc)
+    assert {h: copy[0] for h, copy in sent.items()} == dict.fromkeys(sent, digest)
+    for host in vc.hosts:  # private to the user, like the run directories
+        modes = vc.run(host, "stat -c %a mlx-cluster/data mlx-cluster/data/corpus.txt "
+                       "mlx-cluster/data/.corpus.txt.manifest.json mlx-cluster/runs",
+                       user=host.user).stdout.split()
+        assert modes == ["700", "600", "600", "700"], host.name
+
+    second, _, quiet = staged_launch(vc, tmp_path, "unchanged", corpus)
+    assert "sending it again" not in second.stdout
+    assert copies(vc) == sent  # not rewritten anywhere
+    extra = {key: staged[key] - quiet[key] for key in staged}
+    # The controller sent the corpus once: everything it sends arrives on some host's en0.
+    controller = sum(extra[h, "en0"] for h in [launch_host, *others])
+    assert 0.9 * size < controller <= 1.3 * size, extra
+    assert extra[launch_host, "en0"] > 0.9 * size, extra
+    for host in others:  # from the launch host, over bridge0
+        assert extra[host, "bridge0"] > 0.9 * size, extra
+        assert extra[host, "en0"] < 0.1 * size, extra
+
+    changed = others[-1]
+    vc.run(changed, "head -c 100 /dev/urandom >> mlx-cluster/data/corpus.txt",
+           user=vc.host(changed).user)
+    third, _, repair = staged_launch(vc, tmp_path, "repaired", corpus)
+    named = re.findall(r"\[(\S+)\][^\[]*?corpus\.txt has (\d+) bytes, (\d+) on the controller: "
+                       r"sending it again", third.stdout)
+    assert named == [(changed, str(size + 100), str(size))], third.stdout[-6000:]
+    assert copies(vc)[changed][0] == digest
+    assert repair[launch_host, "en0"] - quiet[launch_host, "en0"] < 0.1 * size, repair
+    assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
 def test_any_program_runs_under_the_launcher_and_lora_adapters_come_back(cluster, tmp_path,

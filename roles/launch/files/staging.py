@@ -1,0 +1,132 @@
+"""The manifest of a staged input (a data file, or a data or model directory): each file's size,
+mtime (whole seconds, what every rsync keeps) and sha256, {relative path: [size, mtime, sha256]}.
+
+train.yml keeps one beside each input it staged on a host (<work dir>/data/.<name>.manifest.json)
+and compares it with the controller's (lookup_plugins/staging_manifest.py runs this same code on
+the controller). Standard library only; on a host, with the environment's Python:
+
+    staging.py report WORK_DIR '["data/corpus.txt", ...]'   each input's manifest and its files'
+                                                            size and mtime now (a stat, no read)
+    staging.py record WORK_DIR '["data/corpus.txt", ...]'  after a transfer: make the copy
+                                                            private, hash what changed, write the
+                                                            manifest and print it
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+CHUNK = 1 << 20
+
+
+def files(path):
+    """{relative path: stat} of the files at path (a file: its own name), symlinks followed as
+    `rsync -L` follows them; {} when path is missing."""
+    if os.path.isfile(path):
+        return {os.path.basename(path): os.stat(path)}
+    found = {}
+    for parent, _, names in os.walk(path, followlinks=True):
+        for name in names:
+            full = os.path.join(parent, name)
+            found[os.path.relpath(full, path)] = os.stat(full)
+    return found
+
+
+def quick(stat):
+    """What rsync's quick check compares: the size and the mtime in whole seconds."""
+    return [stat.st_size, int(stat.st_mtime)]
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def manifest(path, known=None, since=0.0):
+    """The manifest of path. A file whose size and mtime are what `known` (an earlier manifest,
+    written at `since`) records, and which has not changed since (its ctime: a rewrite or a
+    restored mtime moves it), keeps its recorded sha256 without being read again."""
+    known = known or {}
+    result = {}
+    for rel, stat in sorted(files(path).items()):
+        entry = quick(stat)
+        old = known.get(rel)
+        if old and old[:2] == entry and stat.st_ctime < since:
+            result[rel] = old
+        else:
+            full = path if os.path.isfile(path) else os.path.join(path, rel)
+            result[rel] = entry + [sha256(full)]
+    return result
+
+
+def manifest_path(work_dir, rel):
+    """data/corpus.txt -> <work dir>/data/.corpus.txt.manifest.json: beside the input, not in it
+    (rsync --delete would remove it, and the job would read it)."""
+    parent, name = os.path.split(rel)
+    return os.path.join(work_dir, parent, f".{name}.manifest.json")
+
+
+def read(path):
+    """(manifest, its mtime), (None, 0.0) when there is none or it is unreadable."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f), os.fstat(f.fileno()).st_mtime
+    except (OSError, ValueError):
+        return None, 0.0
+
+
+def report(work_dir, rels):
+    """{rel: {manifest: the recorded one or None, files: {file: [size, mtime]} now}}."""
+    return {rel: {"manifest": read(manifest_path(work_dir, rel))[0],
+                  "files": {name: quick(stat)
+                            for name, stat in files(os.path.join(work_dir, rel)).items()}}
+            for rel in rels}
+
+
+def private(path):
+    """0700 directories, 0600 files (0700 when executable): the user's alone, as on the
+    controller. rsync runs without -p (the controller's modes) and without --chmod (openrsync
+    before macOS 26 lacks it). Only modes that differ are set: a chmod moves the ctime."""
+    def set_mode(full, mode):
+        if os.stat(full).st_mode & 0o7777 != mode:
+            os.chmod(full, mode)
+
+    if os.path.isfile(path):
+        set_mode(path, 0o700 if os.stat(path).st_mode & 0o111 else 0o600)
+        return
+    for parent, _, names in os.walk(path, followlinks=True):
+        set_mode(parent, 0o700)
+        for name in names:
+            full = os.path.join(parent, name)
+            set_mode(full, 0o700 if os.stat(full).st_mode & 0o111 else 0o600)
+
+
+def update(path, target):
+    """Write the manifest of path to target (atomically, 0600), reading only the files that
+    changed since the manifest there was written, and return it."""
+    result = manifest(path, *read(target))
+    temporary = f"{target}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    os.replace(temporary, target)
+    return result
+
+
+def record(work_dir, rels):
+    """Make each staged input private and record its manifest beside it; return them."""
+    recorded = {}
+    for rel in rels:
+        path = os.path.join(work_dir, rel)
+        private(path)
+        recorded[rel] = update(path, manifest_path(work_dir, rel))
+    return recorded
+
+
+if __name__ == "__main__":
+    action, work_dir, rels = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    print(json.dumps({"report": report, "record": record}[action](work_dir, rels)))

@@ -1,0 +1,166 @@
+"""Jinja filters that stage train.yml's inputs (-e data=PATH, -e model=DIR) on the hosts: the
+controller sends each once, to the launch host, which sends it on to the others over the job's
+network, all at once; a host whose copy matches the controller's manifest gets nothing
+(tasks/stage_inputs.yml, files/staging.py). Unit-tested in tests/unit/test_launch_staging.py.
+
+A staged input is {rel: its path under the work dir (data/<name>, models/<name>), src: the
+controller's path, dir: whether it is a directory}; a manifest {file: [size, mtime, sha256]}.
+"""
+
+import posixpath
+import shlex
+
+# rsync's flags, also those of macOS' openrsync (/usr/bin/rsync from macOS 15.4; checked against
+# its manual page): -r, -t (the mtimes, which the quick check and the manifests compare), -L (the
+# files that symlinks point to: a Hugging Face snapshot is symlinks into its blobs), --delete
+# (a file gone from the controller goes from the hosts), --timeout (a stalled transfer ends).
+# Not -p (the controller's modes: files/staging.py makes the copies private), nor --chmod or -s,
+# which openrsync lacked before macOS 26.
+RSYNC_FLAGS = ("-r", "-t", "-L", "--delete", "--timeout=60")
+# ssh options of every transfer: never a prompt (a password, an unknown host key) but an error.
+SSH_OPTIONS = ("-o", "BatchMode=yes")
+SHOWN_PROBLEMS = 3
+
+
+def _file_problems(expected, found):
+    present = found["files"]
+    recorded = found["manifest"] or {}
+    problems = []
+    for name, (size, mtime, digest) in sorted(expected.items()):
+        now = present.get(name)
+        if now is None:
+            problems.append(f"{name} missing")
+        elif now[0] != size:
+            problems.append(f"{name} has {now[0]} bytes, {size} on the controller")
+        elif now[1] != mtime:
+            problems.append(f"{name} modified at another time than on the controller")
+        elif recorded.get(name) != [size, mtime, digest]:
+            problems.append(f"{name} not verified")
+    extra = sorted(set(present) - set(expected))
+    return problems + [f"{name} not on the controller" for name in extra]
+
+
+def staging_stale(manifests, report):
+    """{rel: [what differs]} of the inputs whose copy on this host differs from the controller's
+    manifest (manifests: {rel: manifest}); report: what files/staging.py report printed there
+    (None: it could not tell, so everything is sent). Compares sizes and mtimes, as rsync's quick
+    check does, and the sha256 the host recorded after its last transfer: nothing is read."""
+    stale = {}
+    for rel, expected in manifests.items():
+        found = (report or {}).get(rel)
+        problems = _file_problems(expected, found) if found and found["files"] else ["not there"]
+        if problems:
+            stale[rel] = problems
+    return stale
+
+
+def staging_stale_lines(stale):
+    """One line per input that differs: the first few differences, and how many more."""
+    lines = []
+    for rel, problems in stale.items():
+        more = len(problems) - SHOWN_PROBLEMS
+        shown = "; ".join(problems[:SHOWN_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
+        lines.append(f"{rel}: {shown}: sending it again")
+    return lines
+
+
+def staging_record_errors(recorded, manifests, host):
+    """A message per input whose copy, hashed on host after the transfer, is not the
+    controller's (recorded: what files/staging.py record printed there)."""
+    errors = []
+    for rel, got in sorted(recorded.items()):
+        expected = manifests[rel]
+        differ = sorted(name for name in set(expected) | set(got)
+                        if expected.get(name) != got.get(name))
+        if differ:
+            errors.append(f"{host}: {rel} differs from the controller's after the transfer: "
+                          f"{', '.join(differ)} — check the disk and the link, then run "
+                          "train.yml again")
+    return errors
+
+
+def staging_remote_path(info, rel):
+    """Where rel lies on a host (info: its cluster_host_info), as rsync's remote path: relative
+    to the login's home when the work dir is under it, so a space in the home needs no quoting
+    (the remote shell splits an rsync path; rsync 3.2.4 and later do not)."""
+    work_dir = info["work_dir"]
+    home = info["home"].rstrip("/") + "/"
+    base = work_dir[len(home):] if work_dir.startswith(home) else work_dir
+    return posixpath.join(base, rel)
+
+
+def staging_rsync_argv(src, dest, is_dir, rsh):
+    """rsync src (a local path) to dest (host:path), a directory's contents into dest."""
+    if is_dir:
+        src, dest = src.rstrip("/") + "/", dest.rstrip("/") + "/"
+    return ["rsync", *RSYNC_FLAGS, "-e", rsh, src, dest]
+
+
+def _host_word(address):
+    return f"[{address}]" if ":" in address else address  # an IPv6 literal
+
+
+def staging_ssh_command(hostvars):
+    """The ssh command line rsync runs on the controller to reach a host as Ansible reaches it
+    (hostvars: that host's variables): its ansible_user, ansible_port, key and ssh arguments."""
+    argv = ["ssh", *SSH_OPTIONS]
+    if hostvars.get("ansible_port"):
+        argv += ["-p", str(hostvars["ansible_port"])]
+    if hostvars.get("ansible_ssh_private_key_file"):
+        argv += ["-i", str(hostvars["ansible_ssh_private_key_file"])]
+    if hostvars.get("ansible_user"):
+        argv += ["-l", str(hostvars["ansible_user"])]
+    for name in ("ansible_ssh_common_args", "ansible_ssh_extra_args"):
+        argv += shlex.split(hostvars.get(name) or "")
+    return shlex.join(argv)
+
+
+def staging_controller_argv(staged, rel, hostvars, info):
+    """The controller's rsync of input rel to the launch host (hostvars, info: its variables and
+    cluster_host_info), over the connection Ansible uses."""
+    item = next(s for s in staged if s["rel"] == rel)
+    address = str(hostvars.get("ansible_host") or hostvars["inventory_hostname"])
+    dest = f"{_host_word(address)}:{staging_remote_path(info, rel)}"
+    return staging_rsync_argv(item["src"], dest, item["dir"], staging_ssh_command(hostvars))
+
+
+def staging_fanout_commands(staged, ranked_vars, hosts, launch_host):
+    """concurrent_commands' commands for the launch host: an rsync of each input another host
+    lacks (its launch_stale) from the launch host's copy to that host's MPI address, over the
+    ssh mesh (its key and pinned host keys, from ~/.ssh/config), all at once. ranked_vars: the
+    ranked hosts' variables; hosts: cluster_host_list."""
+    addresses = {h["name"]: h["mpi_address"] for h in hosts}
+    is_dir = {s["rel"]: s["dir"] for s in staged}
+    infos = {hv["inventory_hostname"]: hv["cluster_host_info"] for hv in ranked_vars}
+    rsh = shlex.join(["ssh", *SSH_OPTIONS, "-o", "StrictHostKeyChecking=yes"])
+    commands = []
+    for hv in ranked_vars:
+        host = hv["inventory_hostname"]
+        for rel in hv["launch_stale"] if host != launch_host else ():
+            src = posixpath.join(infos[launch_host]["work_dir"], rel)
+            dest = f"{_host_word(addresses[host])}:{staging_remote_path(infos[host], rel)}"
+            commands.append({"item": {"host": host, "rel": rel},
+                             "argv": staging_rsync_argv(src, dest, is_dir[rel], rsh)})
+    return commands
+
+
+def staging_fanout_errors(results, launch_host):
+    """A message per failed transfer of the launch host's concurrent_commands run."""
+    return [f"{r['item']['host']}: sending {r['item']['rel']} from {launch_host} failed "
+            f"(rsync exit {r['rc']}): {(r.get('stderr') or r.get('msg') or '').strip()[-500:]}"
+            for r in results if r["rc"] != 0]
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "staging_controller_argv": staging_controller_argv,
+            "staging_fanout_commands": staging_fanout_commands,
+            "staging_fanout_errors": staging_fanout_errors,
+            "staging_stale_lines": staging_stale_lines,
+            "staging_record_errors": staging_record_errors,
+            "staging_remote_path": staging_remote_path,
+            "staging_rsync_argv": staging_rsync_argv,
+            "staging_ssh_command": staging_ssh_command,
+            "staging_stale": staging_stale,
+        }

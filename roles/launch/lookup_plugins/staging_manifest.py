@@ -1,0 +1,53 @@
+"""The controller's side of files/staging.py: the manifest of a data or model path on the
+controller, which every host's copy must match. Each manifest is kept in a cache directory, so a
+launch reads again only the files that changed since the last one (a stat of the others).
+
+    {{ query('staging_manifest', launch_request.data, cache=launch_staging_cache) }}
+"""
+
+import hashlib
+import importlib.util
+import os
+from pathlib import Path
+
+from ansible.plugins.lookup import LookupBase
+
+DOCUMENTATION = r"""
+name: staging_manifest
+short_description: The manifest (size, mtime, sha256 of each file) of paths on the controller
+description:
+  - For each term, the manifest files/staging.py writes on the hosts for a staged input,
+    {relative path: [size, mtime, sha256]}, computed on the controller.
+options:
+  _terms:
+    description: Paths on the controller (a file or a directory).
+    required: true
+  cache:
+    description: Directory of the manifests computed before (one per path), created 0700.
+    type: path
+    required: true
+"""
+
+SCRIPT = Path(__file__).resolve().parents[1] / "files" / "staging.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("staging", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+staging = _load()
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, cache=None, **kwargs):
+        cache = os.path.expanduser(cache)
+        os.makedirs(cache, mode=0o700, exist_ok=True)
+        manifests = []
+        for term in terms:
+            path = os.path.abspath(os.path.expanduser(str(term)).rstrip("/") or "/")
+            name = hashlib.sha256(path.encode()).hexdigest()[:32] + ".json"
+            manifests.append(staging.update(path, os.path.join(cache, name)))
+        return manifests
