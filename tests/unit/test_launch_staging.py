@@ -8,6 +8,7 @@ import shlex
 import subprocess
 
 import pytest
+import yaml
 
 from tests.unit.plugins import load
 
@@ -68,6 +69,13 @@ def test_a_copy_is_recorded_private_and_unchanged_files_are_not_read_again(tmp_p
     assert staging.staging_stale({"models/tiny-model": recorded}, report) == {}
 
 
+def test_the_directories_a_transfer_goes_into_are_made_private(tmp_path):
+    (tmp_path / "data").mkdir(mode=0o755)
+    assert script.prepare(str(tmp_path), ["models/m", "data/c.txt"]) == ["data/c.txt", "models/m"]
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"data": 0o700, "models": 0o700}
+
+
 def test_a_file_rewritten_with_its_mtime_restored_is_read_again(tmp_path, model, hashed):
     weights = model / "sub" / "weights.bin"
     cache = str(tmp_path / "manifest.json")
@@ -101,6 +109,7 @@ def test_rsync_deletes_what_the_controller_no_longer_has_and_a_file_input_keeps_
 
 def test_the_controllers_manifests_are_cached_and_read_again_only_where_changed(tmp_path, model,
                                                                               hashed):
+    assert yaml.safe_load(lookup.DOCUMENTATION)["options"]["cache"]["required"]  # Ansible loads it
     cache = tmp_path / "cache"
     first = lookup.LookupModule().run([str(model) + "/"], {}, cache=str(cache))
     assert first == [script.manifest(str(model))]

@@ -7,6 +7,8 @@ the controller). Standard library only; on a host, with the environment's Python
 
     staging.py report WORK_DIR '["data/corpus.txt", ...]'   each input's manifest and its files'
                                                             size and mtime now (a stat, no read)
+    staging.py prepare WORK_DIR '["data/corpus.txt", ...]' before a transfer: the private
+                                                            directories it goes into
     staging.py record WORK_DIR '["data/corpus.txt", ...]'  after a transfer: make the copy
                                                             private, hash what changed, write the
                                                             manifest and print it
@@ -105,6 +107,14 @@ def private(path):
             set_mode(full, 0o700 if os.stat(full).st_mode & 0o111 else 0o600)
 
 
+def prepare(work_dir, rels):
+    """Create the directories the inputs go into (data/, models/), private (0700)."""
+    for parent in sorted({os.path.join(work_dir, os.path.dirname(rel)) for rel in rels}):
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        os.chmod(parent, 0o700)
+    return sorted(rels)
+
+
 def update(path, target):
     """Write the manifest of path to target (atomically, 0600), reading only the files that
     changed since the manifest there was written, and return it."""
@@ -129,4 +139,5 @@ def record(work_dir, rels):
 
 if __name__ == "__main__":
     action, work_dir, rels = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    print(json.dumps({"report": report, "record": record}[action](work_dir, rels)))
+    actions = {"report": report, "prepare": prepare, "record": record}
+    print(json.dumps(actions[action](work_dir, rels)))

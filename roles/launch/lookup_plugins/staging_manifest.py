@@ -16,8 +16,8 @@ DOCUMENTATION = r"""
 name: staging_manifest
 short_description: The manifest (size, mtime, sha256 of each file) of paths on the controller
 description:
-  - For each term, the manifest files/staging.py writes on the hosts for a staged input,
-    {relative path: [size, mtime, sha256]}, computed on the controller.
+  - For each term, the manifest that files/staging.py writes on the hosts for a staged input
+    (each file's relative path, size, mtime and sha256), computed on the controller.
 options:
   _terms:
     description: Paths on the controller (a file or a directory).
