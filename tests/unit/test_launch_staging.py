@@ -213,3 +213,15 @@ def test_the_controller_reaches_the_launch_host_as_ansible_does():
     plain = staging.staging_controller_argv(STAGED, "data/c.txt", {"inventory_hostname": "h1"},
                                             info("h1"))
     assert plain[7:] == ["ssh -o BatchMode=yes", "/ctrl/c.txt", "h1:mlx-cluster/data/c.txt"]
+
+
+def test_a_launch_host_ansible_runs_on_locally_gets_a_local_copy(tmp_path, model):
+    work = tmp_path / "work"
+    hostvars = {"inventory_hostname": "localhost", "ansible_connection": "local"}
+    staged = [{"rel": "models/tiny-model", "src": str(model), "dir": True}]
+    argv = staging.staging_controller_argv(staged, "models/tiny-model", hostvars,
+                                           {"home": str(tmp_path), "work_dir": str(work)})
+    assert argv[-1] == f"{work}/models/tiny-model/"
+    (work / "models").mkdir(parents=True)
+    subprocess.run(argv, check=True, capture_output=True)
+    assert script.manifest(str(work / "models" / "tiny-model")) == script.manifest(str(model))

@@ -117,10 +117,13 @@ def staging_ssh_command(hostvars):
 
 def staging_controller_argv(staged, rel, hostvars, info):
     """The controller's rsync of input rel to the launch host (hostvars, info: its variables and
-    cluster_host_info), over the connection Ansible uses."""
+    cluster_host_info), over the ssh Ansible uses, or a local copy when Ansible runs there."""
     item = next(s for s in staged if s["rel"] == rel)
-    address = str(hostvars.get("ansible_host") or hostvars["inventory_hostname"])
-    dest = f"{_host_word(address)}:{staging_remote_path(info, rel)}"
+    if hostvars.get("ansible_connection") == "local":  # the controller is the launch host
+        dest = posixpath.join(info["work_dir"], rel)
+    else:
+        address = str(hostvars.get("ansible_host") or hostvars["inventory_hostname"])
+        dest = f"{_host_word(address)}:{staging_remote_path(info, rel)}"
     return staging_rsync_argv(item["src"], dest, item["dir"], staging_ssh_command(hostvars))
 
 
