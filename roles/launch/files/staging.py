@@ -91,8 +91,8 @@ def report(work_dir, rels):
 
 def private(path):
     """0700 directories, 0600 files (0700 when executable): the user's alone, as on the
-    controller. rsync runs without -p (the controller's modes) and without --chmod (openrsync
-    before macOS 26 lacks it). Only modes that differ are set: a chmod moves the ctime."""
+    controller. rsync runs without -p (the controller's modes) and without --chmod (not every
+    macOS openrsync has it). Only modes that differ are set: a chmod moves the ctime."""
     def set_mode(full, mode):
         if os.stat(full).st_mode & 0o7777 != mode:
             os.chmod(full, mode)

@@ -10,12 +10,13 @@ controller's path, dir: whether it is a directory}; a manifest {file: [size, mti
 import posixpath
 import shlex
 
-# rsync's flags, also those of macOS' openrsync (/usr/bin/rsync from macOS 15.4; checked against
-# its manual page): -r, -t (the mtimes, which the quick check and the manifests compare), -L (the
-# files that symlinks point to: a Hugging Face snapshot is symlinks into its blobs), --delete
-# (a file gone from the controller goes from the hosts), --timeout (a stalled transfer ends).
-# Not -p (the controller's modes: files/staging.py makes the copies private), nor --chmod or -s,
-# which openrsync lacked before macOS 26.
+# rsync's flags, each also in macOS' openrsync (/usr/bin/rsync from macOS 15.4; checked against
+# its manual pages of macOS 15 and later): -r, -t (the mtimes, which the quick check and the
+# manifests compare), -L (the files symlinks point to: a Hugging Face snapshot is symlinks into its
+# blobs), --delete (a file gone from the controller goes from the hosts), --timeout (a stalled
+# transfer ends). Not -p (the controller's modes: files/staging.py makes the copies private), nor
+# --chmod, -s or --out-format, which the first macOS 15 openrsync lacks (hence no
+# ansible.posix.synchronize here: it always passes --out-format).
 RSYNC_FLAGS = ("-r", "-t", "-L", "--delete", "--timeout=60")
 # ssh options of every transfer: never a prompt (a password, an unknown host key) but an error.
 SSH_OPTIONS = ("-o", "BatchMode=yes")
