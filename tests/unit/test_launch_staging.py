@@ -41,9 +41,9 @@ def hashed(monkeypatch):
     return read
 
 
-def rsync(src, dest):
+def rsync(src, dest, problems=()):
     """The hosts' rsync, with the flags the play uses, locally."""
-    argv = staging.staging_rsync_argv(str(src), str(dest), src.is_dir(), "ssh")
+    argv = staging.staging_rsync_argv(str(src), str(dest), src.is_dir(), "ssh", problems)
     subprocess.run(argv, check=True, capture_output=True)
 
 
@@ -98,6 +98,14 @@ def test_rsync_deletes_what_the_controller_no_longer_has_and_a_file_input_keeps_
     rsync(data, work / "data" / "corpus.txt")
     recorded = script.record(str(work), ["data/corpus.txt"])
     assert recorded == {"data/corpus.txt": script.manifest(str(data))}
+    # The same size and mtime, another content: the quick check passes it, a checksum does not.
+    copy = work / "data" / "corpus.txt"
+    copy.write_text("TEXT " * 100)
+    os.utime(copy, ns=(data.stat().st_atime_ns, data.stat().st_mtime_ns))
+    rsync(data, copy)
+    assert copy.read_text() != data.read_text()
+    rsync(data, copy, ["corpus.txt not verified"])
+    assert copy.read_text() == data.read_text()
     (work / "data" / "dir").mkdir()
     (work / "data" / "dir" / "old.txt").write_text("gone on the controller")
     source = tmp_path / "dir"
@@ -200,7 +208,9 @@ def test_a_work_dir_outside_the_home_is_given_whole():
 
 
 def test_the_controller_reaches_the_launch_host_as_ansible_does():
-    hostvars = {"inventory_hostname": "h1", "ansible_host": "fe80::1", "ansible_user": "ann",
+    stale = {"models/m": ["not there"], "data/c.txt": ["c.txt not verified"]}
+    hostvars = {"inventory_hostname": "h1", "launch_stale": stale,
+                "ansible_host": "fe80::1", "ansible_user": "ann",
                 "ansible_port": 2222, "ansible_ssh_private_key_file": "~/.ssh/k",
                 "ansible_ssh_common_args": "-o UserKnownHostsFile=/tmp/kh -o IdentitiesOnly=yes"}
     argv = staging.staging_controller_argv(STAGED, "models/m", hostvars, info("h1"))
@@ -210,14 +220,18 @@ def test_the_controller_reaches_the_launch_host_as_ansible_does():
                                     "-l", "ann", "-o", "UserKnownHostsFile=/tmp/kh",
                                     "-o", "IdentitiesOnly=yes"]
     assert argv[8:] == ["/ctrl/m/", "[fe80::1]:mlx-cluster/models/m/"]
-    plain = staging.staging_controller_argv(STAGED, "data/c.txt", {"inventory_hostname": "h1"},
+    plain = staging.staging_controller_argv(STAGED, "data/c.txt",
+                                            {"inventory_hostname": "h1", "launch_stale": stale},
                                             info("h1"))
-    assert plain[7:] == ["ssh -o BatchMode=yes", "/ctrl/c.txt", "h1:mlx-cluster/data/c.txt"]
+    # Same size and mtime but not the recorded content: rsync compares checksums.
+    assert plain[6:] == ["-c", "-e", "ssh -o BatchMode=yes", "/ctrl/c.txt",
+                         "h1:mlx-cluster/data/c.txt"]
 
 
 def test_a_launch_host_ansible_runs_on_locally_gets_a_local_copy(tmp_path, model):
     work = tmp_path / "work"
-    hostvars = {"inventory_hostname": "localhost", "ansible_connection": "local"}
+    hostvars = {"inventory_hostname": "localhost", "ansible_connection": "local",
+                "launch_stale": {"models/tiny-model": ["not there"]}}
     staged = [{"rel": "models/tiny-model", "src": str(model), "dir": True}]
     argv = staging.staging_controller_argv(staged, "models/tiny-model", hostvars,
                                            {"home": str(tmp_path), "work_dir": str(work)})

@@ -21,6 +21,10 @@ RSYNC_FLAGS = ("-r", "-t", "-L", "--delete", "--timeout=60")
 # ssh options of every transfer: never a prompt (a password, an unknown host key) but an error.
 SSH_OPTIONS = ("-o", "BatchMode=yes")
 SHOWN_PROBLEMS = 3
+# A file whose size and mtime are the controller's but whose recorded sha256 is not (or was never
+# recorded): rsync's quick check would skip it, so its transfer compares checksums (-c, also in
+# openrsync), reading that input whole on both ends.
+UNVERIFIED = "not verified"
 
 
 def _file_problems(expected, found):
@@ -36,7 +40,7 @@ def _file_problems(expected, found):
         elif now[1] != mtime:
             problems.append(f"{name} modified at another time than on the controller")
         elif recorded.get(name) != [size, mtime, digest]:
-            problems.append(f"{name} not verified")
+            problems.append(f"{name} {UNVERIFIED}")
     extra = sorted(set(present) - set(expected))
     return problems + [f"{name} not on the controller" for name in extra]
 
@@ -90,11 +94,13 @@ def staging_remote_path(info, rel):
     return posixpath.join(base, rel)
 
 
-def staging_rsync_argv(src, dest, is_dir, rsh):
-    """rsync src (a local path) to dest (host:path), a directory's contents into dest."""
+def staging_rsync_argv(src, dest, is_dir, rsh, problems=()):
+    """rsync src (a local path) to dest (host:path), a directory's contents into dest; problems:
+    what differs there (staging_stale)."""
     if is_dir:
         src, dest = src.rstrip("/") + "/", dest.rstrip("/") + "/"
-    return ["rsync", *RSYNC_FLAGS, "-e", rsh, src, dest]
+    checksum = ["-c"] if any(p.endswith(UNVERIFIED) for p in problems) else []
+    return ["rsync", *RSYNC_FLAGS, *checksum, "-e", rsh, src, dest]
 
 
 def _host_word(address):
@@ -117,15 +123,17 @@ def staging_ssh_command(hostvars):
 
 
 def staging_controller_argv(staged, rel, hostvars, info):
-    """The controller's rsync of input rel to the launch host (hostvars, info: its variables and
-    cluster_host_info), over the ssh Ansible uses, or a local copy when Ansible runs there."""
+    """The controller's rsync of input rel to the launch host (hostvars, info: its variables,
+    launch_stale among them, and cluster_host_info), over the ssh Ansible uses, or a local copy
+    when Ansible runs there."""
     item = next(s for s in staged if s["rel"] == rel)
     if hostvars.get("ansible_connection") == "local":  # the controller is the launch host
         dest = posixpath.join(info["work_dir"], rel)
     else:
         address = str(hostvars.get("ansible_host") or hostvars["inventory_hostname"])
         dest = f"{_host_word(address)}:{staging_remote_path(info, rel)}"
-    return staging_rsync_argv(item["src"], dest, item["dir"], staging_ssh_command(hostvars))
+    return staging_rsync_argv(item["src"], dest, item["dir"], staging_ssh_command(hostvars),
+                              hostvars["launch_stale"][rel])
 
 
 def staging_fanout_commands(staged, ranked_vars, hosts, launch_host):
@@ -140,11 +148,11 @@ def staging_fanout_commands(staged, ranked_vars, hosts, launch_host):
     commands = []
     for hv in ranked_vars:
         host = hv["inventory_hostname"]
-        for rel in hv["launch_stale"] if host != launch_host else ():
+        for rel, problems in hv["launch_stale"].items() if host != launch_host else ():
             src = posixpath.join(infos[launch_host]["work_dir"], rel)
             dest = f"{_host_word(addresses[host])}:{staging_remote_path(infos[host], rel)}"
             commands.append({"item": {"host": host, "rel": rel},
-                             "argv": staging_rsync_argv(src, dest, is_dir[rel], rsh)})
+                             "argv": staging_rsync_argv(src, dest, is_dir[rel], rsh, problems)})
     return commands
 
 
