@@ -209,20 +209,19 @@ def test_a_work_dir_outside_the_home_is_given_whole():
 
 def test_the_controller_reaches_the_launch_host_as_ansible_does():
     stale = {"models/m": ["not there"], "data/c.txt": ["c.txt not verified"]}
-    hostvars = {"inventory_hostname": "h1", "launch_stale": stale,
-                "ansible_host": "fe80::1", "ansible_user": "ann",
+    hostvars = {"inventory_hostname": "h1", "ansible_host": "fe80::1", "ansible_user": "ann",
                 "ansible_port": 2222, "ansible_ssh_private_key_file": "~/.ssh/k",
                 "ansible_ssh_common_args": "-o UserKnownHostsFile=/tmp/kh -o IdentitiesOnly=yes"}
-    argv = staging.staging_controller_argv(STAGED, "models/m", hostvars, info("h1"))
+    argv = staging.staging_controller_argv(STAGED, "models/m", stale["models/m"], hostvars,
+                                           info("h1"))
     assert argv[:6] == ["rsync", "-r", "-t", "-L", "--delete", "--timeout=60"]
     assert argv[6] == "-e"
     assert shlex.split(argv[7]) == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "~/.ssh/k",
                                     "-l", "ann", "-o", "UserKnownHostsFile=/tmp/kh",
                                     "-o", "IdentitiesOnly=yes"]
     assert argv[8:] == ["/ctrl/m/", "[fe80::1]:mlx-cluster/models/m/"]
-    plain = staging.staging_controller_argv(STAGED, "data/c.txt",
-                                            {"inventory_hostname": "h1", "launch_stale": stale},
-                                            info("h1"))
+    plain = staging.staging_controller_argv(STAGED, "data/c.txt", stale["data/c.txt"],
+                                            {"inventory_hostname": "h1"}, info("h1"))
     # Same size and mtime but not the recorded content: rsync compares checksums.
     assert plain[6:] == ["-c", "-e", "ssh -o BatchMode=yes", "/ctrl/c.txt",
                          "h1:mlx-cluster/data/c.txt"]
@@ -230,10 +229,9 @@ def test_the_controller_reaches_the_launch_host_as_ansible_does():
 
 def test_a_launch_host_ansible_runs_on_locally_gets_a_local_copy(tmp_path, model):
     work = tmp_path / "work"
-    hostvars = {"inventory_hostname": "localhost", "ansible_connection": "local",
-                "launch_stale": {"models/tiny-model": ["not there"]}}
+    hostvars = {"inventory_hostname": "localhost", "ansible_connection": "local"}
     staged = [{"rel": "models/tiny-model", "src": str(model), "dir": True}]
-    argv = staging.staging_controller_argv(staged, "models/tiny-model", hostvars,
+    argv = staging.staging_controller_argv(staged, "models/tiny-model", ["not there"], hostvars,
                                            {"home": str(tmp_path), "work_dir": str(work)})
     assert argv[-1] == f"{work}/models/tiny-model/"
     (work / "models").mkdir(parents=True)

@@ -122,10 +122,10 @@ def staging_ssh_command(hostvars):
     return shlex.join(argv)
 
 
-def staging_controller_argv(staged, rel, hostvars, info):
-    """The controller's rsync of input rel to the launch host (hostvars, info: its variables,
-    launch_stale among them, and cluster_host_info), over the ssh Ansible uses, or a local copy
-    when Ansible runs there."""
+def staging_controller_argv(staged, rel, problems, hostvars, info):
+    """The controller's rsync of input rel to the launch host (problems: what differs there;
+    hostvars, info: its variables and cluster_host_info), over the ssh Ansible uses, or a local
+    copy when Ansible runs there."""
     item = next(s for s in staged if s["rel"] == rel)
     if hostvars.get("ansible_connection") == "local":  # the controller is the launch host
         dest = posixpath.join(info["work_dir"], rel)
@@ -133,12 +133,12 @@ def staging_controller_argv(staged, rel, hostvars, info):
         address = str(hostvars.get("ansible_host") or hostvars["inventory_hostname"])
         dest = f"{_host_word(address)}:{staging_remote_path(info, rel)}"
     return staging_rsync_argv(item["src"], dest, item["dir"], staging_ssh_command(hostvars),
-                              hostvars["launch_stale"][rel])
+                              problems)
 
 
 def staging_fanout_commands(staged, ranked_vars, hosts, launch_host):
     """concurrent_commands' commands for the launch host: an rsync of each input another host
-    lacks (its launch_stale) from the launch host's copy to that host's MPI address, over the
+    lacks (its fact launch_stale) from the launch host's copy to that host's MPI address, over the
     ssh mesh (its key and pinned host keys, from ~/.ssh/config), all at once. ranked_vars: the
     ranked hosts' variables; hosts: cluster_host_list."""
     addresses = {h["name"]: h["mpi_address"] for h in hosts}
