@@ -638,7 +638,7 @@ class VirtualCluster:
         for link in ("lo", "en0"):
             sh(["ip", "-n", ns, "link", "set", link, "up"])
         if "en0" in self.shape:
-            self._shape([(None, root_end), (ns, "en0")], self.shape["en0"])
+            self._shape(self.link_ends(host, "en0"), self.shape["en0"])
         # With cables there is no bridge0 at all, as on Macs with the Thunderbolt Bridge off
         # (cables mode requires it off): a bridge without ports could only mislead a test.
         if not self.cables:
@@ -649,11 +649,12 @@ class VirtualCluster:
         self._start_sshd(host)
 
     @staticmethod
-    def _shape(ends: list[tuple[str | None, str]], rate: str) -> None:
-        """Shape the egress of both ends of a link: both directions."""
+    def _shape(ends: list[tuple[str | None, str]], rate: str | None) -> None:
+        """Shape the egress of both ends of a link: both directions (rate None: unshape)."""
         for netns, dev in ends:
-            where = ["-n", netns] if netns else []
-            sh(["tc", *where, "qdisc", "add", "dev", dev, "root", *tbf_args(rate)])
+            tc = ["tc", *(["-n", netns] if netns else []), "qdisc"]
+            sh([*tc, "replace", "dev", dev, "root", *tbf_args(rate)] if rate else
+               [*tc, "del", "dev", dev, "root"])
 
     def _make_bridge0(self, host: Host) -> None:
         """bridge0: a bridge with one port, "cabled" to the Thunderbolt switch namespace."""
@@ -668,7 +669,7 @@ class VirtualCluster:
         sh(["ip", "-n", ns, "link", "set", "thunderbolt0", "master", "bridge0", "up"])
         sh(["ip", "-n", ns, "link", "set", "bridge0", "up"])
         if "bridge0" in self.shape:
-            self._shape([(tb, f"port{i}"), (ns, "thunderbolt0")], self.shape["bridge0"])
+            self._shape(self.link_ends(host, "bridge0"), self.shape["bridge0"])
 
     def _make_cable(self, cable: Cable) -> None:
         """A cable's wire is a two-port bridge in the wiring namespace rather than one veth pair
@@ -688,7 +689,7 @@ class VirtualCluster:
             sh(["ip", "-n", wiring, "link", "set", end, "master", wire, "up"])
             sh(["ip", "-n", host.netns, "link", "set", port, "up"])
             if port in self.shape:
-                self._shape([(wiring, end), (host.netns, port)], self.shape[port])
+                self._shape(self.link_ends(host, port), self.shape[port])
         sh(["ip", "-n", wiring, "link", "set", wire, "up"])
 
     def _make_mount_ns(self, host: Host) -> None:
@@ -889,6 +890,33 @@ class VirtualCluster:
         stats = f"/sys/class/net/{ifname}/statistics"
         out = self.run(host, ["cat", f"{stats}/rx_bytes", f"{stats}/tx_bytes"]).stdout.split()
         return int(out[0]), int(out[1])
+
+    def link_ends(self, host: Host | str | int, iface: str) -> list[tuple[str | None, str]]:
+        """Both ends of a host's link on en0, bridge0 or a cable port, as (netns, device), netns
+        None for the root namespace: their egresses are the link's two directions."""
+        h = self.host(host)
+        if iface == "en0":
+            return [(None, f"{self.prefix}e{h.index}"), (h.netns, "en0")]
+        if iface == "bridge0" and not self.cables:
+            return [(self.switch_netns, f"port{h.index}"), (h.netns, "thunderbolt0")]
+        for cable in self.cables:
+            for side, end in zip("ab", cable.ends, strict=True):
+                if end == (h.name, iface):
+                    return [(self.switch_netns, f"c{cable.index}{side}"), (h.netns, iface)]
+        raise ClusterError(f"{h.name} has no link {iface!r} to shape")
+
+    @contextlib.contextmanager
+    def shaped(self, shape: str | dict, hosts: list | None = None):
+        """Shape links of the running cluster as shape= does when it is built (e.g. 'en0=1gbit'),
+        on every host or the given ones, for a with block; unshaped after it, also on failure."""
+        ports = {port for cable in self.cables for _, port in cable.ends} or {"bridge0"}
+        shape = parse_shape(shape, ("en0", *sorted(ports)))
+        with contextlib.ExitStack() as undo:
+            for iface, rate in shape.items():
+                for end in (e for h in hosts or self.hosts for e in self.link_ends(h, iface)):
+                    self._shape([end], rate)
+                    undo.callback(self._shape, [end], None)
+            yield self
 
     # ----- down -----------------------------------------------------------------------
     def down(self) -> None:

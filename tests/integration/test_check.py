@@ -20,7 +20,7 @@ import pytest
 
 from tests.integration.test_train_playbook import job_processes, vc_pids
 from tools.playbook import ROOT, run_playbook
-from tools.vcluster import sh, tbf_args
+from tools.vcluster import sh
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -37,9 +37,10 @@ def cluster(train_cluster):
 
 
 def assert_whole(vc):
-    """What the faults below break is as setup left it: logins with the pinned host keys, bridge0
-    up with its address and unshaped, Open MPI's programs and the installed train package, and no
-    Open MPI process left on any host."""
+    """What the faults below (and test_bench's shaped links) break is as setup left it: logins
+    with the pinned host keys, bridge0 up with its address, bridge0 and en0 unshaped at both ends,
+    Open MPI's programs and the installed train package, and no Open MPI process left on any
+    host."""
     nothing = {h.name: [] for h in vc.hosts}
     deadline = time.monotonic() + 20  # a probe's processes end a moment after it
     while (left := job_processes(vc)) != nothing and time.monotonic() < deadline:
@@ -50,8 +51,9 @@ def assert_whole(vc):
         assert login.stdout.strip() == host.name, (host.name, login.stderr)
         bridge0 = vc.run(host, "ip -4 addr show dev bridge0").stdout
         assert "state UP" in bridge0 and f"inet {host.thunderbolt_ip}/" in bridge0, bridge0
-        qdisc = vc.run(host, "tc qdisc show dev thunderbolt0").stdout
-        assert "tbf" not in qdisc, (host.name, qdisc)
+        for netns, dev in vc.link_ends(host, "bridge0") + vc.link_ends(host, "en0"):
+            qdisc = sh(["tc", *(["-n", netns] if netns else []), "qdisc", "show", "dev", dev])
+            assert "tbf" not in qdisc.stdout, (host.name, dev, qdisc.stdout)
         mounts = vc.run(host, "findmnt -rn -o TARGET").stdout.split()
         assert [m for m in mounts if m.startswith("/usr/bin/")] == [], host.name
         assert installed_loop_py(vc, host) == (ROOT / "train" / "loop.py").read_text(), host.name
@@ -196,15 +198,8 @@ def test_sshd_stopped_and_host_key_changed(cluster, tmp_path):
 
 def test_one_slow_link_is_named(cluster, tmp_path):
     a, b, c = names(cluster)
-    host_c = cluster.host(c)
     # Shape both directions of c's Thunderbolt cable: its own port and the switch's port to it.
-    ends = [(host_c.netns, "thunderbolt0"), (cluster.switch_netns, f"port{host_c.index}")]
-    with contextlib.ExitStack() as undo:
-        for netns, dev in ends:
-            tc = ["ip", "netns", "exec", netns, "tc", "qdisc"]
-            sh(tc + ["replace", "dev", dev, "root", *tbf_args("50mbit")])
-            undo.callback(sh, tc + ["del", "dev", dev, "root"])
-
+    with cluster.shaped("bridge0=50mbit", hosts=[c]):
         run, rows, _ = run_check(cluster, tmp_path, "slow")
 
     assert run.status == "failed"
