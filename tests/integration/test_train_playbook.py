@@ -296,9 +296,10 @@ def copies(vc):
 
 def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):
     """-e data: the controller sends the corpus once, to the launch host, which sends it on to the
-    other hosts over bridge0; a second launch sends nothing and reads no copy; a copy changed on
-    one host is named and sent again. Bytes counted on every host's interfaces; the same job
-    without staging (the second launch) is the baseline of its other traffic."""
+    other hosts over bridge0. At the next launch a copy changed on one host is named and sent
+    again, from the launch host, and the unchanged copies are neither sent nor rewritten. Bytes
+    counted on every host's interfaces; the second launch, which moves next to nothing, is the
+    baseline of the same job's other traffic."""
     vc = cluster
     size = 4 << 20
     corpus = tmp_path / "corpus.txt"
@@ -318,27 +319,26 @@ def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):
                        user=host.user).stdout.split()
         assert modes == ["700", "600", "600", "700"], host.name
 
-    second, _, quiet = staged_launch(vc, tmp_path, "unchanged", corpus)
-    assert "sending it again" not in second.stdout
-    assert copies(vc) == sent  # not rewritten anywhere
-    extra = {key: staged[key] - quiet[key] for key in staged}
+    changed = others[-1]
+    vc.run(changed, "head -c 100 /dev/urandom >> mlx-cluster/data/corpus.txt",
+           user=vc.host(changed).user)
+    second, _, repair = staged_launch(vc, tmp_path, "repaired", corpus)
+    named = re.findall(r"\[(\S+)\][^\[]*?corpus\.txt has (\d+) bytes, (\d+) on the controller: "
+                       r"sending it again", words(second.stdout))
+    assert named == [(changed, str(size + 100), str(size))], second.stdout[-6000:]
+    sends = f"changed: [{launch_host} -> localhost]"  # the controller's rsync
+    assert sends in first.stdout and sends not in second.stdout
+    now = copies(vc)
+    assert now[changed][0] == digest
+    assert {h: now[h] for h in now if h != changed} == {h: sent[h] for h in sent if h != changed}
+    extra = {key: staged[key] - repair[key] for key in staged}
     # The controller sent the corpus once: everything it sends arrives on some host's en0.
     controller = sum(extra[h, "en0"] for h in [launch_host, *others])
     assert 0.9 * size < controller <= 1.3 * size, extra
     assert extra[launch_host, "en0"] > 0.9 * size, extra
-    for host in others:  # from the launch host, over bridge0
+    for host in others:  # from the launch host, over bridge0 (the repair: rsync's delta)
         assert extra[host, "bridge0"] > 0.9 * size, extra
         assert extra[host, "en0"] < 0.1 * size, extra
-
-    changed = others[-1]
-    vc.run(changed, "head -c 100 /dev/urandom >> mlx-cluster/data/corpus.txt",
-           user=vc.host(changed).user)
-    third, _, repair = staged_launch(vc, tmp_path, "repaired", corpus)
-    named = re.findall(r"\[(\S+)\][^\[]*?corpus\.txt has (\d+) bytes, (\d+) on the controller: "
-                       r"sending it again", words(third.stdout))
-    assert named == [(changed, str(size + 100), str(size))], third.stdout[-6000:]
-    assert copies(vc)[changed][0] == digest
-    assert repair[launch_host, "en0"] - quiet[launch_host, "en0"] < 0.1 * size, repair
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
