@@ -133,19 +133,27 @@ class Heartbeat:
         self.progress += 1
 
     def refresh(self):
+        """Every second until the caller's beat says "exiting": a write the process's end cut
+        short would leave its temporary file behind."""
         while True:
             time.sleep(1)
-            with contextlib.suppress(OSError):  # a full disk: retried; the watchdog sees the gap
-                self.beat()
+            with self.lock:
+                if self.phase == "exiting":
+                    return
+                # A full disk: retried; the watchdog sees the gap.
+                with contextlib.suppress(OSError):
+                    self.write()
 
     def beat(self):
         """Write the file now (the thread does every second)."""
-        if self.path is None:
-            return
+        if self.path is not None:
+            with self.lock:
+                self.write()
+
+    def write(self):
         record = {"phase": self.phase, "step": self.step, "steps": self.steps,
                   "progress": self.progress, "start": self.start, "time": time.time(),
                   "pid": os.getpid()}
-        with self.lock:
-            tmp = self.path.with_name(f".{self.path.name}.tmp")
-            tmp.write_text(json.dumps(record) + "\n")
-            os.replace(tmp, self.path)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps(record) + "\n")
+        os.replace(tmp, self.path)

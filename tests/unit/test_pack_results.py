@@ -22,6 +22,7 @@ def test_the_latest_checkpoint_comes_back_without_heartbeats_or_earlier_archives
     (run / "logs").mkdir()
     (run / "logs" / "rank.0.log").write_text("0\n")
     (run / "logs" / "rank.0.heartbeat").write_text("")
+    (run / "logs" / ".rank.0.heartbeat.tmp").write_text("")
     (run / "adapters.safetensors").write_text("a program's own output")
     (run / ".results.tar").write_text("the last launch's archive")
 

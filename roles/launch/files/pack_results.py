@@ -22,7 +22,8 @@ def main(run_dir, archive):
     skipped.add(f"{run_dir.name}/{archive.name}")
 
     def keep(member):
-        if member.name.endswith(".heartbeat") or member.name in skipped:
+        # A heartbeat's temporary file too: a rank killed while writing one leaves it.
+        if member.name.endswith((".heartbeat", ".heartbeat.tmp")) or member.name in skipped:
             return None  # a skipped directory's files are skipped with it
         return member
 
