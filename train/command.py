@@ -33,8 +33,11 @@ TERM_GRACE = 3  # seconds between TERM and KILL of the program's group
 # program's group gets TERM, then KILL.
 GUARD = f"""
 import os, signal, sys, time
-group = int(sys.argv[1])
-os.read(0, 1)
+line = sys.stdin.readline()  # the program's group, once it has started
+if not line:
+    sys.exit()
+group = int(line)
+sys.stdin.read()
 for sig in (signal.SIGTERM, signal.SIGKILL):
     try:
         os.killpg(group, sig)
@@ -73,6 +76,22 @@ def run(args):
                f"{os.environ.get('PATH', '')}")
     heartbeat = report.Heartbeat(args.heartbeat, rank, None)
     report.say(f"rank {rank} of {size}: {shlex.join(words)}")
+    # The guard and the handlers are in place before the program starts: a signal or a death
+    # of this process at any moment after it started still reaches the program's group.
+    alive_r, alive_w = os.pipe()
+    subprocess.Popen([sys.executable, "-c", GUARD], stdin=alive_r, start_new_session=True)
+    os.close(alive_r)  # alive_w stays open in this process only: EOF when it ends
+    program, pending = None, []
+
+    def forward(signum, _frame):
+        if program is None:  # still starting: forwarded as soon as it has started
+            pending.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(program.pid, signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
     start = time.monotonic()
     try:
         program = subprocess.Popen(words, cwd=out, env=env, stdin=subprocess.DEVNULL,
@@ -81,16 +100,9 @@ def run(args):
     except OSError as e:
         report.say(f"rank {rank}: cannot run {words[0]}: {e}")
         return 127
-    def forward(signum, _frame):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(program.pid, signum)
-
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, forward)
-    alive_r, alive_w = os.pipe()
-    subprocess.Popen([sys.executable, "-c", GUARD, str(program.pid)], stdin=alive_r,
-                     start_new_session=True)
-    os.close(alive_r)  # alive_w stays open in this process only: EOF when it ends
+    os.write(alive_w, f"{program.pid}\n".encode())
+    for signum in pending:
+        forward(signum, None)
 
     progress, stopping = 0, False
     while True:
