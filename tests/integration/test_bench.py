@@ -1,12 +1,13 @@
 """bench.yml on the session's train_cluster (tests/integration/conftest.py: 3 hosts, one rank
 each) with its Thunderbolt links shaped to 10 Gbit/s and its management links to 1 Gbit/s for the
 test: the saved results show Thunderbolt faster, for iperf3 on every pair and for every all-reduce
-backend and wire dtype, and recommend it; on the slow link a gradient sent as bfloat16 is faster
-than as float32. The training trial trains with train.yml's defaults and each backend's best
-configuration, and recommended.yml is what it measured. train.yml then applies every key of a
-candidate's settings. After the test the links are unshaped, the bench's files and that run gone,
-and test_check's health check proves the shared cluster whole again."""
+backend, and recommend it; the gradient in bfloat16 is measured on both networks. The training
+trial trains with train.yml's defaults and each backend's best configuration, and recommended.yml
+is what it measured. train.yml then applies every key of a candidate's settings. After the test the
+links are unshaped, the bench's files and that run gone, and test_check's health check proves the
+shared cluster whole again."""
 
+import itertools
 import json
 from pathlib import Path
 
@@ -63,12 +64,10 @@ def test_bench_shows_thunderbolt_faster_than_management(shaped_cluster, tmp_path
         mgmt = runs[(backend, links, "float32", "management")]
         assert tb["sizes"][-1] == mgmt["sizes"][-1] == 4 * MiB
         assert tb["seconds"][-1] < mgmt["seconds"][-1], (backend, links, tb, mgmt)
-    # On the 1 Gbit/s link the gradient sent as bfloat16 (half the bytes) is faster. (At
-    # 10 Gbit/s this machine's 2 cores bound it, and they sum bfloat16 no faster than float32.)
-    for backend in ("mpi", "ring"):
-        fp32 = runs[(backend, 1, "float32", "management")]["seconds"][-1]
-        bf16 = runs[(backend, 1, "bfloat16", "management")]["seconds"][-1]
-        assert bf16 < 0.8 * fp32, (backend, fp32, bf16)
+    # The gradient sent as bfloat16 is measured on both networks. How much faster it is (half the
+    # bytes) is a speed figure: benchmarks/results/grad_sync-1gbit.md, not one round of a test.
+    for backend, network in itertools.product(("mpi", "ring"), ("thunderbolt", "management")):
+        assert runs[(backend, 1, "bfloat16", network)]["sizes"][-1] == 4 * MiB
 
     assert results["recommendation"]["network"] == "thunderbolt"
     table = Path(run_dir, "results.md").read_text()
