@@ -34,8 +34,9 @@ lint: venv
 	ruff check .
 	ansible-lint
 
+# Two workers: every virtual-cluster test in turn on one, the in-process tests on the other.
 test: venv
-	pytest
+	pytest -n 2 --dist loadgroup
 
 check: lint
 	pytest -m "not slow" tests/unit tests/train

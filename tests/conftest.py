@@ -22,11 +22,16 @@ def cluster_unavailable() -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
     reason = cluster_unavailable() if any("cluster" in i.keywords for i in items) else None
     for item in items:
-        if reason and "cluster" in item.keywords:
-            item.add_marker(pytest.mark.skip(reason=reason))
+        if "cluster" in item.keywords:
+            # `make test` (-n 2 --dist loadgroup): the clusters one after another on one worker,
+            # their session fixtures shared; the in-process tests on the other.
+            item.add_marker(pytest.mark.xdist_group("cluster"))
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture
