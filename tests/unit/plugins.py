@@ -13,12 +13,11 @@ import importlib.util
 from pathlib import Path
 from types import ModuleType
 
-import yaml
+from tools.option_table import request_options
 
 ROOT = Path(__file__).resolve().parents[2]
 # The one table of train.yml's options (roles/launch/tasks/validate.yml reads the same file).
-REQUEST_SPEC = yaml.safe_load((ROOT / "roles/launch/meta/argument_specs.yml").read_text())[
-    "argument_specs"]["request"]["options"]
+REQUEST_SPEC = request_options()
 
 _loaded: dict[Path, ModuleType] = {}
 
