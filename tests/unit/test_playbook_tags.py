@@ -1,4 +1,4 @@
-"""--tags: setup.yml has one tag per role, check.yml one per check group (README: Tags).
+"""--tags: setup.yml has one tag per role, check.yml one per check group (docs/setup.md: Tags).
 
 ansible-playbook --list-tags parses the playbooks and contacts no host."""
 
