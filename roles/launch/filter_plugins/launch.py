@@ -251,8 +251,8 @@ def launch_request_errors(request, hosts, topology="bridge"):
         )
     if backend in ("jaccl", "jaccl-ring") and topology != "cables":
         errors.append(f"backend: {backend} runs over RDMA between Macs cabled point to point, "
-                      "with the Thunderbolt Bridge off — set thunderbolt_topology: cables (README: "
-                      "Cabling) and run setup.yml, or use -e backend=ring or mpi")
+                      "with the Thunderbolt Bridge off — set thunderbolt_topology: cables "
+                      "(docs/cabling.md) and run setup.yml, or use -e backend=ring or mpi")
     errors += _np_errors(request, hosts, backend or "mpi")
     if _bool(request.get("elastic")) and backend in MLX_LAUNCHED:
         errors.append("elastic: only the mpi backend can go on without a host — use "
