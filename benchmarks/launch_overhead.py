@@ -11,7 +11,6 @@ Writes benchmarks/results/launch_overhead.md.
 """
 
 import argparse
-import importlib.util
 import os
 import shlex
 import subprocess
@@ -19,10 +18,12 @@ import threading
 import time
 from pathlib import Path
 
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
 from benchmarks.cluster import set_up_cluster, write_results
 from tools.playbook import ROOT
 
 RESULTS = Path(__file__).parent / "results" / "launch_overhead.md"
+mpi = load("roles/cluster/filter_plugins/mpi.py")  # the roles' mpirun_argv
 LIBMPI = "/usr/lib/x86_64-linux-gnu/libmpi.so.40"  # Debian's Open MPI 4.1 (the apt install)
 VERSION = "4.1.4"
 BANNER = "[train] mlp ("  # rank 0's first line once every rank has joined and built the model
@@ -40,14 +41,6 @@ if group.rank() == 0:
 """
 
 
-def mpi_filters():
-    path = ROOT / "roles" / "cluster" / "filter_plugins" / "mpi.py"
-    spec = importlib.util.spec_from_file_location("mpi_filters", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def as_user(vc, host, line):
     """argv that runs a shell line as the host's login user inside its namespaces."""
     return [*vc.nsenter_argv(host), "runuser", "-l", host.user, "-c", line]
@@ -62,8 +55,8 @@ def allreduce_seconds(vc, workdir, interface, mb, rounds):
         f"{h.en0_ip if on_en0 else h.thunderbolt_ip} slots=1\n" for h in (a, b)))
     script = workdir / "allsum.py"
     script.write_text(ALLSUM)
-    argv = mpi_filters().mpirun_argv("/usr/bin/mpirun", hostfile, 2, VERSION,
-                                     interface=interface, env={"MLX_MPI_LIBNAME": LIBMPI})
+    argv = mpi.mpirun_argv("/usr/bin/mpirun", hostfile, 2, VERSION,
+                           interface=interface, env={"MLX_MPI_LIBNAME": LIBMPI})
     argv += ["mlx-cluster/venv/bin/python", str(script), str(mb), str(rounds)]
     out = subprocess.run(as_user(vc, a, shlex.join(argv)), capture_output=True, text=True,
                          timeout=900, stdin=subprocess.DEVNULL)
@@ -106,8 +99,8 @@ def startup_seconds(vc, workdir):
     a = vc.hosts[0]
     python = "mlx-cluster/venv/bin/python"
     train = "-m train --model mlp --steps 20 --checkpoint-every 0"
-    mpirun = mpi_filters().mpirun_argv("/usr/bin/mpirun", "mlx-cluster/hostfile", 2, VERSION,
-                                       interface="bridge0", env={"MLX_MPI_LIBNAME": LIBMPI})
+    mpirun = mpi.mpirun_argv("/usr/bin/mpirun", "mlx-cluster/hostfile", 2, VERSION,
+                             interface="bridge0", env={"MLX_MPI_LIBNAME": LIBMPI})
     raw = f"{shlex.join(mpirun)} {python} {train} --out /tmp/bench-raw-$$"
     ring = (f"mlx-cluster/venv/bin/mlx.launch --hostfile mlx-cluster/hosts.json --backend ring "
             f"-- $HOME/{python} {train} --out /tmp/bench-ring-$$")

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib.util
 import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
 
 DEFAULT_PATH = Path("/var/cache/mlx-cluster/wheels")
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,17 +81,8 @@ def offline_pip_args(path: str | os.PathLike = DEFAULT_PATH) -> str:
     return f"--no-index --find-links={ensure_wheelhouse(path)} --no-compile"
 
 
-def _lock_filter():
-    """roles/python_env/filter_plugins/lock.py, the one reader of the lock's host share."""
-    spec = importlib.util.spec_from_file_location(
-        "python_env_lock", ROOT / "roles/python_env/filter_plugins/lock.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _download(root: Path) -> None:
-    lock = _lock_filter()
+    lock = load("roles/python_env/filter_plugins/lock.py")  # the lock's one reader
     text = LOCK.read_text()
     pinned = {lock.normalize(entry["name"]) for entry in lock.parse_lock(text)}
     locked = [spec for spec in REQUIREMENTS if lock.normalize(spec.split("[")[0]) in pinned]

@@ -2,7 +2,6 @@
 and as its action plugin runs it on a host whose Python it knows (the module's source sent to
 that Python, without Ansible there)."""
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -10,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
 
 ROLE = Path(__file__).parents[2] / "roles/cluster"
 MODULE = ROLE / "library/concurrent_commands.py"
@@ -28,10 +29,7 @@ def run_module(tmp_path, **args):
 def run_direct(tmp_path, commands, timeout=30, max_workers=16):
     """What the action plugin runs on the host: its bootstrap, with the module's source and the
     arguments on stdin, in a Python that cannot import Ansible (-I, an empty directory)."""
-    spec = importlib.util.spec_from_file_location(
-        "concurrent_commands_action", ROLE / "action_plugins/concurrent_commands.py")
-    action = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(action)
+    action = load(ROLE / "action_plugins/concurrent_commands.py")
     given = {"source": MODULE.read_text(), "args": [commands, timeout, max_workers]}
     done = subprocess.run([sys.executable, "-I", "-S", "-c", action.BOOTSTRAP],
                           input=json.dumps(given), capture_output=True, text=True, check=False,
@@ -113,6 +111,7 @@ def test_a_python_gone_since_the_facts_is_discovered_again(tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
            "ANSIBLE_LIBRARY": str(ROLE / "library"),
            "ANSIBLE_ACTION_PLUGINS": str(ROLE / "action_plugins"),
+           "ANSIBLE_COLLECTIONS_PATH": str(ROLE.parents[1]),  # the loader the plugin imports
            "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.default",
            "ANSIBLE_CONFIG": str(tmp_path / "ansible.cfg")}
     done = subprocess.run([str(Path(sys.executable).parent / "ansible-playbook"),

@@ -8,13 +8,14 @@ whose run_all this sends); without a known interpreter, with become, environment
 async, the module runs as usual.
 """
 
-import importlib.util
 import json
 import shlex
 
 from ansible.errors import AnsibleActionFail, AnsibleConnectionFailure
 from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.action import ActionBase
+
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
 
 # Runs on the host: the module's source and the arguments come on stdin.
 BOOTSTRAP = (
@@ -26,13 +27,6 @@ BOOTSTRAP = (
 )
 
 
-def _load_module(path):
-    spec = importlib.util.spec_from_file_location("concurrent_commands_module", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -42,7 +36,7 @@ class ActionModule(ActionBase):
             result.update(self._execute_module(task_vars=task_vars))
             return result
         path = self._shared_loader_obj.module_loader.find_plugin("concurrent_commands")
-        module = _load_module(path)
+        module = load(path)
         _, args = self.validate_argument_spec(argument_spec=module.ARGUMENT_SPEC)
         with open(path, encoding="utf-8") as source:
             given = {"source": source.read(),

@@ -5,10 +5,9 @@ host and task).
     {{ query('tree_checksums', cluster_train_src) | first | tree_digest }}
 """
 
-import importlib.util
-from pathlib import Path
-
 from ansible.plugins.lookup import LookupBase
+
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
 
 DOCUMENTATION = r"""
 name: tree_checksums
@@ -22,17 +21,7 @@ options:
     required: true
 """
 
-SCRIPT = Path(__file__).resolve().parents[1] / "files" / "tree_checksums.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("tree_checksums", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
-        script = _script()
+        script = load("roles/cluster/files/tree_checksums.py")
         return [list(script.entries(str(term))) for term in terms]

@@ -13,7 +13,6 @@ Returns job (job.json, else the follower's last view of it), summary, report (wh
 failed, None when it did not: the launch filters' launch_verdict) and outcome (result.json).
 """
 
-import importlib.util
 import json
 import os
 import re
@@ -24,18 +23,11 @@ from pathlib import Path
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
+
 # What every launch writes afresh (rank logs from each host, the latest checkpoint only).
 STALE = ("checkpoints", "logs", "summary.json", "stopped.json", "job.json", "result.json")
 RANK_LOG = re.compile(r"^rank\.(\d+)\.log$")
-
-
-def _launch_filters():
-    """The launch role's filters (verdict and outcome), one definition for play and plugin."""
-    path = Path(__file__).resolve().parents[1] / "filter_plugins" / "launch.py"
-    spec = importlib.util.spec_from_file_location("launch_role_filters", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def extract_private(tar, members, dest):
@@ -116,7 +108,8 @@ class ActionModule(ActionBase):
             return result
         unpack(run_dir, archives)
 
-        launch = _launch_filters()
+        # The launch role's filters (verdict and outcome): one definition for play and plugin.
+        launch = load("roles/launch/filter_plugins/launch.py")
         followed = args.get("followed_job") or {}
         job = _json(run_dir / "job.json") or followed
         if followed.get("state") == "lost":  # job.json still says what it was when it was lost

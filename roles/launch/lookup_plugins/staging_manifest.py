@@ -6,11 +6,11 @@ launch reads again only the files that changed since the last one (a stat of the
 """
 
 import hashlib
-import importlib.util
 import os
-from pathlib import Path
 
 from ansible.plugins.lookup import LookupBase
+
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
 
 DOCUMENTATION = r"""
 name: staging_manifest
@@ -28,17 +28,7 @@ options:
     required: true
 """
 
-SCRIPT = Path(__file__).resolve().parents[1] / "files" / "staging.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("staging", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-staging = _load()
+staging = load("roles/launch/files/staging.py")
 
 
 class LookupModule(LookupBase):
