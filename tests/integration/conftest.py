@@ -5,7 +5,9 @@ cable_ring, the 3-host cable ring of test_cables.py and test_cables_run.py, and 
 cluster with a login per host that test_setup.py and test_ssh_mesh.py see set up from nothing. A
 test that breaks something on one undoes it before it ends."""
 
+import contextlib
 import dataclasses
+import os
 import textwrap
 from pathlib import Path
 
@@ -26,12 +28,27 @@ USER_CONFIG = "ServerAliveInterval 42\n\nHost userhost\n    User someone\n"
 STRICT = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5"]
 
 
-@pytest.fixture(scope="session")
-def train_cluster(tmp_path_factory):
-    """3 hosts (slots 1, 2, 1: world size 4) after a green setup.yml."""
+def session_cluster_here(tmp_path_factory):
+    """Skip when clusters cannot be built here. Under `make test` (pytest-xdist) every cluster
+    test runs on one worker (tests/conftest.py), so each session cluster is built once: fail
+    before building a second on another worker."""
     reason = cluster_unavailable()
     if reason:
         pytest.skip(reason)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        mark = tmp_path_factory.getbasetemp().parent / "cluster-worker"  # shared by the workers
+        with contextlib.suppress(FileExistsError), mark.open("x") as f:
+            f.write(worker)
+        assert mark.read_text() == worker, (
+            f"cluster tests run on {mark.read_text()} and {worker}: pytest-xdist's loadgroup "
+            "did not group them (requirements.txt: pytest)")
+
+
+@pytest.fixture(scope="session")
+def train_cluster(tmp_path_factory):
+    """3 hosts (slots 1, 2, 1: world size 4) after a green setup.yml."""
+    session_cluster_here(tmp_path_factory)
     workdir = tmp_path_factory.mktemp("train-cluster")
     with VirtualCluster(
         hosts=3,
@@ -57,9 +74,7 @@ def cable_ring(tmp_path_factory):
     """3 hosts cabled in a ring (thunderbolt_topology: cables; no bridge0, one point-to-point
     link per cable, en2 and en3 on each host) after a --check --diff run of the thunderbolt role
     and a green setup.yml."""
-    reason = cluster_unavailable()
-    if reason:
-        pytest.skip(reason)
+    session_cluster_here(tmp_path_factory)
     workdir = tmp_path_factory.mktemp("cable-ring")
     with VirtualCluster(hosts=3, cables="ring", workdir=workdir / "vc",
                         extra_vars={"python_env_pip_extra_args": offline_pip_args()}) as vc:
@@ -88,9 +103,7 @@ def fresh_install(tmp_path_factory):
     """3 hosts, each with a login of its own that already had ~/.ssh files, set up from nothing:
     a reset of the mesh they never had, a --check --diff run, the fresh setup.yml and its re-run
     (the one full install from the wheelhouse, and its idempotence, that test_setup.py proves)."""
-    reason = cluster_unavailable()
-    if reason:
-        pytest.skip(reason)
+    session_cluster_here(tmp_path_factory)
     workdir = tmp_path_factory.mktemp("fresh-install")
     with VirtualCluster(hosts=3, distinct_users=True, workdir=workdir / "vc",
                         extra_vars={"python_env_pip_extra_args": offline_pip_args()}) as vc:
