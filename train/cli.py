@@ -1,12 +1,17 @@
-"""The command line: flags, defaults, and one-line errors (exit code 2) for bad values."""
+"""The command line: the run's settings and their defaults, the flags and a --config file that
+set them, and one-line errors (exit code 2) for bad values."""
 
 import argparse
 import importlib.util
+import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from . import command, mnist
+import yaml
+
+from . import command, mnist, spelling
 from .data import IMAGE_DATASETS
 from .errors import fail
 
@@ -15,7 +20,6 @@ LORA_DATASETS = ("jsonl",)
 REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
 # (learning rate, global batch size) when not given: LoRA follows mlx-lm's defaults.
 DEFAULTS = {"built-in": (1e-3, 64), "lora": (1e-5, 4)}
-MLP_WIDTH = 128  # hidden units of each of mlp's layers unless --width says otherwise
 SEED_MAX = 2**32 - 1  # numpy's seeds are 32-bit
 # Upper bounds: far beyond any real run, low enough that a slip (steps=1e23) is an error.
 STEPS_MAX = 10**9  # --steps and the every-K options
@@ -27,8 +31,48 @@ NAME_MAX = 4096  # characters of a name or path (Linux's PATH_MAX; macOS's is 10
 TRACKERS = {"none": None, "tensorboard": "tensorboardX"}
 
 
+@dataclass
+class Settings:
+    """The run's settings: one per flag, under its name (--batch-size: batch_size), which is also
+    its key in a --config file and train.yml's -e; with its default. None: parse and check_world
+    choose one for the model and the number of ranks, or there is none."""
+
+    model: str | None = None
+    dataset: str | None = None
+    data: Path | None = None
+    width: int = 128
+    steps: int = 500
+    batch_size: int | None = None
+    lr: float | None = None
+    seed: int = 0
+    out: Path = Path("runs/train")
+    resume: bool = False
+    eval_every: int = 100
+    checkpoint_every: int = 100
+    grad_bucket_bytes: int = 32 * 1024**2  # MLX's
+    grad_dtype: str = "float32"
+    log_every: int = 10
+    heartbeat: str | None = None
+    report_to: str = "none"
+    command: str | None = None
+    check: int | None = None
+
+    @property
+    def lora(self):
+        """Fine-tune an mlx-lm model with LoRA, not train a built-in one."""
+        return self.model not in BUILT_IN
+
+
+DEFAULT = Settings()
+
+
 class Parser(argparse.ArgumentParser):
+    source = None  # the --config file whose settings are parsed: its errors name it and the key
+
     def error(self, message):
+        if self.source:  # argument --batch-size: ... -> run.yaml: batch_size: ...
+            message = re.sub(r"^argument --([a-z-]+)",
+                             lambda m: f"{self.source}: {m[1].replace('-', '_')}", message)
         fail(message)
 
 
@@ -83,6 +127,9 @@ def parser():
     p = Parser(prog="python -m train", description="Train or fine-tune an MLX model on this "
                "machine, or data-parallel on every rank under mpirun / mlx.launch.")
     add = p.add_argument
+    add("-c", "--config", type=path, metavar="FILE", help="read settings from a YAML file, each "
+        "under its flag's name with _ (batch_size: 32), as train.yml takes it (-e @FILE); flags "
+        "given here override the file's")
     add("--model", type=name, metavar="NAME", help="mlp, cnn, gpt, or an mlx-lm "
         "model (local directory or Hugging Face repo id) to fine-tune with LoRA (default: mlp); "
         "with --command: what {model} stands for")
@@ -91,41 +138,40 @@ def parser():
     add("--data", type=path, metavar="PATH", help="text: the text file; jsonl: the directory "
         "with train.jsonl and valid.jsonl; mnist/fashion-mnist: a directory with the IDX files "
         "instead of downloading them")
-    add("--width", type=count(1, WIDTH_MAX), default=MLP_WIDTH, metavar="N", help="hidden "
-        f"units of each of mlp's two layers: a larger model and gradient, 1 to {WIDTH_MAX} "
-        f"(default: {MLP_WIDTH})")
-    add("--steps", type=count(1, STEPS_MAX), default=500, metavar="N", help="optimizer steps, "
-        f"1 to {STEPS_MAX} (default: 500)")
+    add("--width", type=count(1, WIDTH_MAX), metavar="N", help="hidden units of each of mlp's "
+        f"two layers: a larger model and gradient, 1 to {WIDTH_MAX} (default: %(default)s)")
+    add("--steps", type=count(1, STEPS_MAX), metavar="N", help="optimizer steps, "
+        f"1 to {STEPS_MAX} (default: %(default)s)")
     add("--batch-size", type=count(1, BATCH_MAX), metavar="B", help="global batch size, split "
         "over the ranks as evenly as it goes (64 over 3: 22/21/21), at least one example each "
         f"(default: 64, 4 for LoRA, or one example per rank on more ranks; at most {BATCH_MAX})")
     add("--lr", type=positive_float, help="Adam learning rate (default: 1e-3; 1e-5 for LoRA)")
-    add("--seed", type=count(0, SEED_MAX), default=0, metavar="S", help="seed for "
-        f"initialisation and data order, 0 to {SEED_MAX} (default: 0)")
-    add("--out", type=Path, default=Path("runs/train"), metavar="DIR", help="directory for "
-        "metrics.jsonl, summary.json, loss.png and checkpoints/ (default: runs/train)")
+    add("--seed", type=count(0, SEED_MAX), metavar="S", help="seed for initialisation and data "
+        f"order, 0 to {SEED_MAX} (default: %(default)s)")
+    add("--out", type=Path, metavar="DIR", help="directory for metrics.jsonl, summary.json, "
+        "loss.png and checkpoints/ (default: %(default)s)")
     add("--resume", action="store_true", help="continue from the latest checkpoint in --out "
         "(starts fresh if there is none)")
-    add("--eval-every", type=count(0, STEPS_MAX), default=100, metavar="K", help="evaluate "
-        "every K steps and at the end; 0: only at the end (default: 100)")
-    add("--checkpoint-every", type=count(0, STEPS_MAX), default=100, metavar="K", help="checkpoint "
-        "every K steps and at the end; 0: only at the end (default: 100)")
-    add("--grad-bucket-bytes", type=count(0, BUCKET_MAX), default=32 * 1024**2, metavar="N",
-        help="average the gradients in all-reduces of at least N bytes each (whole tensors, the "
-        "last one may be smaller); 0: one per tensor (default: 32 MiB, MLX's; bench.yml "
-        "recommends one for your interconnect)")
-    add("--grad-dtype", choices=("float32", "bfloat16"), default="float32", help="the "
-        "gradients' type on the wire: bfloat16 sends half the bytes; weights and optimizer stay "
-        "float32 (default: float32)")
-    add("--log-every", type=count(1, STEPS_MAX), default=10, metavar="K", help="report the loss "
-        "every K steps (default: 10)")
+    add("--eval-every", type=count(0, STEPS_MAX), metavar="K", help="evaluate every K steps and "
+        "at the end; 0: only at the end (default: %(default)s)")
+    add("--checkpoint-every", type=count(0, STEPS_MAX), metavar="K", help="checkpoint every K "
+        "steps and at the end; 0: only at the end (default: %(default)s)")
+    add("--grad-bucket-bytes", type=count(0, BUCKET_MAX), metavar="N", help="average the "
+        "gradients in all-reduces of at least N bytes each (whole tensors, the last one may be "
+        "smaller); 0: one per tensor (default: %(default)s, MLX's 32 MiB; bench.yml recommends "
+        "one for your interconnect)")
+    add("--grad-dtype", choices=("float32", "bfloat16"), help="the gradients' type on the wire: "
+        "bfloat16 sends half the bytes; weights and optimizer stay float32 (default: "
+        "%(default)s)")
+    add("--log-every", type=count(1, STEPS_MAX), metavar="K", help="report the loss every K "
+        "steps (default: %(default)s)")
     add("--heartbeat", metavar="TEMPLATE", help="each rank writes {phase, step, steps, progress, "
         "time, pid} as JSON to this path ({rank}: its rank) every second, for a watchdog; e.g. "
         "runs/x/logs/rank.{rank}.heartbeat (default: none)")
-    add("--report-to", choices=tuple(TRACKERS), default="none", help="also send rank 0's "
+    add("--report-to", choices=tuple(TRACKERS), help="also send rank 0's "
         "metrics to an experiment tracker: tensorboard writes event files to DIR/tensorboard "
         "(tensorboard --logdir DIR/tensorboard); metrics.jsonl is written either way "
-        "(default: none)")
+        "(default: %(default)s)")
     add("--command", metavar="CMD", help="run CMD on every rank instead of training (e.g. "
         "'python -m mlx_lm lora --train --model {model} --data {data}'), in --out, with "
         "{model} and {data} replaced by the absolute paths given with --model and --data; its "
@@ -133,11 +179,18 @@ def parser():
     add("--check", type=count(1), metavar="RANKS", help="only check the flags for a run over "
         "RANKS processes, print the settings as JSON and exit (train.yml asks this on the "
         "controller before it contacts any host)")
+    p.set_defaults(**vars(DEFAULT))
     return p
 
 
 def parse(argv=None):
-    args = parser().parse_args(argv)
+    """The settings: the flags' over a --config file's over the defaults, checked together."""
+    p = parser()
+    given = p.parse_args(argv)
+    if given.config is not None:  # argparse keeps a namespace's values where no flag is given
+        given = p.parse_args(argv, namespace=read_config(given.config))
+    del given.config
+    args = Settings(**vars(given))
     if (package := TRACKERS[args.report_to]) and importlib.util.find_spec(package) is None:
         fail(f"argument --report-to: {args.report_to} needs the {package} package in this Python "
              f"environment; it is in requirements.lock: re-run setup.yml (make venv here)")
@@ -145,9 +198,8 @@ def parse(argv=None):
         check_command(args)
         return args
     args.model = args.model or "mlp"
-    if args.width != MLP_WIDTH and args.model != "mlp":
+    if args.width != DEFAULT.width and args.model != "mlp":
         fail(f"argument --width: only mlp has a width, not {args.model}; leave --width out")
-    args.lora = args.model not in BUILT_IN
     if args.lora:
         check_lora_model(args.model)
     choices = LORA_DATASETS if args.lora else BUILT_IN[args.model]
@@ -158,6 +210,40 @@ def parse(argv=None):
     check_data(args)
     args.lr = args.lr or DEFAULTS["lora" if args.lora else "built-in"][0]
     return args  # the batch's default depends on the world size: check_world sets it
+
+
+def read_config(path):
+    """The defaults with a YAML file's settings over them, as a namespace of parsed flags: each
+    key is a setting's name and its value is checked as its flag's is; errors name the file and
+    the key (mlx-lm's --config, with its keys and types checked)."""
+    try:
+        with path.open() as file:
+            values = yaml.safe_load(file)
+    except (OSError, UnicodeError) as e:
+        fail(f"argument --config: cannot read {path} ({getattr(e, 'strerror', None) or e})")
+    except yaml.YAMLError as e:
+        fail(f"argument --config: {path} is not YAML ({' '.join(str(e).split())})")
+    if not isinstance(values, dict | None):
+        fail(f"{path}: holds {shown(str(values))}, not settings by name (e.g. batch_size: 32)")
+    flags = []
+    for key, value in (values or {}).items():
+        if (key := str(key)) not in vars(DEFAULT):
+            meant = spelling.meant(key, vars(DEFAULT))
+            fail(f"{path}: unknown setting {key!r}; " + (
+                f"did you mean {spelling.either(meant)}?" if meant
+                else f"settings: {', '.join(vars(DEFAULT))}"))
+        switch = isinstance(getattr(DEFAULT, key), bool)  # a flag without a value: --resume
+        if value is not None and (switch != isinstance(value, bool)
+                                  or isinstance(value, dict | list)):
+            wanted = "true or false" if switch else "one value (a number, name or path)"
+            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            fail(f"{path}: {key}: {shown(text)} is not {wanted}")
+        flag = "--" + key.replace("_", "-")
+        if value is not None and value is not False:  # None: as if not given
+            flags.append(flag if switch else f"{flag}={value}")
+    p = parser()
+    p.source = path
+    return p.parse_args(flags)
 
 
 def check_command(args):

@@ -93,7 +93,7 @@ def load_newest(args, model, optimizer):
         return 0, skipped
     for key in SAME_ON_RESUME:
         # A checkpoint from before a setting existed was made with its default.
-        saved = state["config"].get(key, cli.parser().get_default(key))
+        saved = state["config"].get(key, getattr(cli.DEFAULT, key))
         if saved != config(args)[key]:
             fail(f"--resume: {path} was made with --{key.replace('_', '-')} "
                  f"{saved}, not {config(args)[key]}")

@@ -1,5 +1,6 @@
 """The command-line contract: every flag documented, bad values a one-line error with exit 2."""
 
+import dataclasses
 import json
 import re
 
@@ -21,11 +22,12 @@ def error_of(capsys, *argv):
 
 
 def test_help_documents_every_flag():
+    """One flag per setting, under its name; and --config."""
     text = run(train_cmd("--help")).stdout
-    for flag in ("--model", "--dataset", "--data", "--steps", "--batch-size", "--lr", "--seed",
-                 "--out", "--resume", "--eval-every", "--checkpoint-every", "--log-every",
-                 "--grad-bucket-bytes", "--heartbeat", "--check", "--width"):
-        assert re.search(rf"^\s+{flag}\b.*\S", text, re.M), flag
+    for name in [*vars(cli.DEFAULT), "config"]:
+        flag = "--" + name.replace("_", "-")
+        assert re.search(rf"^\s+(-c FILE, )?{flag}\b.*\S", text, re.M), flag
+    assert "(default: 500)" in text and "(default: runs/train)" in text
 
 
 def test_defaults_train_mlp_on_digits():
@@ -119,6 +121,56 @@ def test_check_prints_the_settings_and_trains_nothing(tmp_path):
     refused = run(train_cmd("--check", "65", "--batch-size", "64"), check=False)
     assert refused.returncode == 2
     assert "--batch-size 64 leaves some of the 65 ranks without an example" in refused.stderr
+
+
+def settings_file(tmp_path, text):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_a_config_file_sets_the_settings_it_names_and_flags_override_it(tmp_path):
+    # 3e-4 is text to YAML (no dot), a number to --lr all the same; eval_every 0 is given, not
+    # left out; data: (null) is as if not given.
+    path = settings_file(tmp_path, "steps: 7\nbatch_size: 32\nlr: 3e-4\nresume: true\n"
+                                   "eval_every: 0\ngrad_dtype: bfloat16\ndata:\n")
+    path = str(path)
+    args = cli.parse(["-c", path])
+    assert (args.steps, args.batch_size, args.lr, args.resume, args.eval_every,
+            args.grad_dtype) == (7, 32, 3e-4, True, 0, "bfloat16")
+    assert (args.seed, args.log_every, args.data, args.model) == (0, 10, None, "mlp")
+    for argv in (["--steps", "9", "--config", path], ["--config", path, "--steps=9"]):
+        assert cli.parse(argv) == dataclasses.replace(args, steps=9)
+    settings = json.loads(run(train_cmd("--check", "2", "-c", path, "--batch-size", "48")).stdout)
+    assert (settings["steps"], settings["lr"], settings["resume"]) == (7, 3e-4, True)
+    assert settings["batch"] == "global batch 48 (24 per rank)"
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("batch-size: 32", "unknown setting 'batch-size'; did you mean batch_size?"),
+    ("iters: 100", "unknown setting 'iters'; did you mean steps?"),  # mlx-lm's name
+    ("every: 10", "unknown setting 'every'; did you mean eval_every, checkpoint_every or "
+                  "log_every?"),
+    ("np: 4", "unknown setting 'np'; settings: model, dataset, data, width, steps, batch_size,"),
+    ("steps: ten", "steps: 'ten' is not an integer from 1 to 1000000000"),
+    ("steps: 1.5", "steps: '1.5' is not an integer from 1 to 1000000000"),
+    ("steps: true", "steps: 'true' is not one value (a number, name or path)"),
+    ("lr: .inf", "lr: 'inf' is not a finite number > 0"),
+    ("resume: maybe", "resume: 'maybe' is not true or false"),
+    ("data: [a, b]", "data: '[\"a\", \"b\"]' is not one value"),
+    ("model: -x", "model: '-x' is not a name or path"),
+    ("grad_dtype: float16", "grad_dtype: invalid choice: 'float16'"),
+    ("- steps: 3", "holds \"[{'steps': 3}]\", not settings by name (e.g. batch_size: 32)"),
+])
+def test_a_config_files_errors_name_the_file_and_the_setting(capsys, tmp_path, text, error):
+    path = settings_file(tmp_path, text + "\n")
+    assert error_of(capsys, "-c", path).startswith(f"train: error: {path}: {error}")
+
+
+def test_a_config_file_that_cannot_be_read(capsys, tmp_path):
+    assert "cannot read" in error_of(capsys, "-c", tmp_path / "none.yaml")
+    path = settings_file(tmp_path, "steps: [\n")
+    assert f"argument --config: {path} is not YAML (while parsing" in error_of(capsys, "-c", path)
 
 
 def test_lora_model_directory_needs_config(capsys, tmp_path):

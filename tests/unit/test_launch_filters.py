@@ -291,12 +291,14 @@ def test_the_restart_options_keep_the_supervisors_defaults_and_bounds():
     assert launch.LAUNCHER_NUMBERS["max_restarts"] == (0, supervisor.MAX_RESTARTS)
 
 
-def test_every_train_option_of_the_table_is_a_flag_of_python_m_train():
-    flags = {o for action in cli.parser()._actions for o in action.option_strings}
-    train_options = [n for n in REQUEST_SPEC if n not in launch.LAUNCHER_OPTIONS]
+def test_every_train_option_of_the_table_is_a_setting_of_python_m_train_and_back():
+    """A settings file means the same to both (-e @run.yml, --config run.yml): each setting is a
+    train option of the table, or one train.yml sets itself and refuses with its fix."""
+    train_options = {n for n in REQUEST_SPEC if n not in launch.LAUNCHER_OPTIONS}
     assert "grad_bucket_bytes" in train_options and "checkpoint_every" in train_options
-    missing = [n for n in train_options if "--" + n.replace("_", "-") not in flags]
-    assert missing == [], f"request options without a python -m train flag: {missing}"
+    settings = set(vars(cli.DEFAULT))  # one per flag (and --config)
+    assert train_options - settings == set(), "request options without a python -m train flag"
+    assert set(launch.SET_BY_TRAIN_YML) == settings - train_options | {"config"}
 
 
 def test_ranks_fill_hosts_in_hostfile_order():
@@ -582,6 +584,33 @@ def test_misspelt_options_name_the_one_meant(name, meant):
     first = meant.split(",")[0].split()[0]
     assert launch.launch_unknown_options(names, REQUEST_SPEC) == [
         f"{name}: not a train.yml option — did you mean {meant}? (-e {first}=...)"]
+
+
+def test_the_settings_train_yml_sets_itself_are_refused_with_what_to_give_instead():
+    names = ["out", "heartbeat", "check", "config", "steps"]
+    assert launch.launch_unknown_options(names, REQUEST_SPEC) == [
+        "check: python -m train's, not a train.yml option — train.yml runs the check itself: "
+        "leave it out",
+        "config: python -m train's, not a train.yml option — give train.yml the file itself: "
+        "-e @run.yml",
+        "heartbeat: python -m train's, not a train.yml option — train.yml gives each rank its "
+        "own for the supervisor: leave it out",
+        "out: python -m train's, not a train.yml option — train.yml writes the run to "
+        "runs/<run_name>/: give run_name instead"]
+
+
+def test_the_settings_file_of_the_docs_means_the_same_to_python_m_train_and_train_yml(tmp_path):
+    """docs/training.md's run.yaml, given to train.yml (-e @run.yaml: extra vars, typed as YAML
+    has them) and to python -m train --config: the same settings."""
+    block = (ROOT / "docs/training.md").read_text().partition("\n    # run.yaml\n")[2]
+    text = "\n".join(line[4:] for line in block.partition("\n\n")[0].splitlines())
+    values = yaml.safe_load(text)
+    assert len(values) >= 5
+    assert launch.launch_unknown_options(values, REQUEST_SPEC) == []
+    request = launch.launch_request(REQUEST_SPEC, [values.get(n, "") for n in REQUEST_SPEC])
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    assert cli.parse(launch.launch_train_args(request)) == cli.parse(["-c", str(path)])
 
 
 # Ansible's magic variables a train.yml play sees besides ansible_* (query varnames, 2.19).

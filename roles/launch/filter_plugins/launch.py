@@ -9,10 +9,12 @@ meta/argument_specs.yml). Every option that is not the launcher's own becomes th
 the same name (grad_bucket_bytes -> --grad-bucket-bytes), so a new train flag needs no code here.
 """
 
+import importlib.util
 import os
 import posixpath
 import re
 import shlex
+from pathlib import Path
 
 BACKENDS = ("mpi", "ring", "jaccl", "jaccl-ring")
 # Backends mlx.launch starts (with a hosts.json): one rank per slot of the hostfile, no mpirun.
@@ -21,6 +23,13 @@ MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")
 LAUNCHER_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "time_limit",
                     "stall_timeout", "startup_timeout", "max_restarts", "restart_backoff",
                     "stop_grace", "follow_reconnect", "elastic", "attach", "stop", "status")
+# python -m train's flags that train.yml sets itself, and what to do instead: a settings file
+# shared with python -m train (-e @run.yml) may hold them, and nothing would read them.
+SET_BY_TRAIN_YML = {"out": "train.yml writes the run to runs/<run_name>/: give run_name instead",
+                    "heartbeat": "train.yml gives each rank its own for the supervisor: leave it "
+                                 "out",
+                    "check": "train.yml runs the check itself: leave it out",
+                    "config": "give train.yml the file itself: -e @run.yml"}
 # fullmatch: `$` alone would let a trailing line break through (it breaks command.sh).
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # Characters of any one value: more is a slip (a pasted file), not a path or a command.
@@ -34,6 +43,19 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
 RANK_VARIABLE = "${OMPI_COMM_WORLD_RANK:-$MLX_RANK}"
 TAIL_LINES = 15
+
+
+def _load_spelling():
+    """train/spelling.py, the one "did you mean" of train.yml's extra vars and python -m train's
+    --config keys, loaded by its path in this checkout (a filter plugin is in no package)."""
+    path = Path(__file__).resolve().parents[3] / "train" / "spelling.py"
+    spec = importlib.util.spec_from_file_location("train_spelling", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+spelling = _load_spelling()
 
 
 # ---------------------------------------------------------------- request validation
@@ -107,58 +129,12 @@ def _looks_like_path(model):
     return model.startswith(("/", "~", ".")) or os.path.isdir(model)
 
 
-# Names people reach for that mean one of ours (mlx-lm calls steps "iters"; train.yml counts
-# optimizer steps, not epochs).
-ALIASES = {"learningrate": "lr", "iters": "steps", "iterations": "steps", "epochs": "steps",
-           "epoch": "steps"}
-
-
-def _key(name):
-    return re.sub(r"[^a-z0-9]", "", name.lower())
-
-
-def _distance(a, b):
-    """Edits (insert, delete, change, swap two neighbours) from a to b: Damerau-Levenshtein's
-    optimal string alignment."""
-    rows = [list(range(len(b) + 1))]
-    for i, x in enumerate(a, 1):
-        row = [i]
-        for j, y in enumerate(b, 1):
-            row.append(min(rows[-1][j] + 1, row[j - 1] + 1, rows[-1][j - 1] + (x != y)))
-            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
-                row[j] = min(row[j], rows[-2][j - 2] + 1)
-        rows.append(row)
-    return rows[-1][-1]
-
-
-def _meant(name, spec):
-    """The options a variable name most likely meant, or []: the same letters in another
-    spelling, a known alias, one word of an option (limit: time_limit), or a near miss (one edit
-    for names up to 5 letters, two for longer ones; the nearest, and of those the ones the name
-    begins)."""
-    key = _key(name)
-    options = {_key(option): option for option in spec}
-    if key in options or key in ALIASES:
-        return [options.get(key) or ALIASES[key]]
-    if "_" not in name and len(key) >= 4:
-        words = [option for option in spec if key in option.split("_")]
-        if words:
-            return words
-    if len(key) >= 3:
-        near = [(_distance(key, k), option) for k, option in options.items()]
-        best = min(near)[0]
-        if best <= (1 if len(key) <= 5 else 2):
-            ties = [option for d, option in near if d == best]
-            # step: steps (one letter short) before stop (one letter changed)
-            return [o for o in ties if _key(o).startswith(key)] or ties
-    return []
-
-
 def launch_unknown_options(names, spec):
     """Errors for variables that look like a misspelt train.yml option (-e batch-size=64 is a
-    variable Ansible keeps and nothing reads); see _meant. Ansible's own variables (ansible_*)
-    are left alone; the inventory's and the roles' (role-prefixed, mpi_slots) are too far from
-    any option to be taken for one (tests/unit/test_launch_filters.py checks every one).
+    variable Ansible keeps and nothing reads; see train/spelling.py) or are a python -m train
+    setting train.yml sets itself (SET_BY_TRAIN_YML). Ansible's own variables (ansible_*) are left
+    alone; the inventory's and the roles' (role-prefixed, mpi_slots) are too far from any option
+    to be taken for one (tests/unit/test_launch_filters.py checks every one).
 
     names: every variable name the play sees; spec: the `request` options.
     """
@@ -166,10 +142,12 @@ def launch_unknown_options(names, spec):
     for name in sorted(names):
         if name in spec or name.startswith("ansible_"):
             continue
-        if meant := _meant(name, spec):
-            listing = " or ".join([", ".join(meant[:-1]), meant[-1]] if len(meant) > 1 else meant)
-            errors.append(f"{name}: not a train.yml option — did you mean {listing}? "
-                          f"(-e {meant[0]}=...)")
+        if name in SET_BY_TRAIN_YML:
+            errors.append(f"{name}: python -m train's, not a train.yml option — "
+                          f"{SET_BY_TRAIN_YML[name]}")
+        elif meant := spelling.meant(name, spec):
+            errors.append(f"{name}: not a train.yml option — did you mean "
+                          f"{spelling.either(meant)}? (-e {meant[0]}=...)")
     return errors
 
 
