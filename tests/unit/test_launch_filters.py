@@ -576,7 +576,10 @@ def test_controller_paths_are_resolved_where_the_user_typed_them(tmp_path, monke
      ("epochs", "steps"), ("restarts", "max_restarts"), ("limit", "time_limit"),
      ("timeout", "stall_timeout or startup_timeout"), ("stpes", "steps"), ("widht", "width"),
      ("seeds", "seed"), ("bacth_size", "batch_size"), ("backoff", "restart_backoff"),
-     ("every", "eval_every, checkpoint_every or log_every")],
+     ("every", "eval_every, checkpoint_every or log_every"),
+     # mlx-lm's names (its lora config file's keys)
+     ("steps_per_eval", "eval_every"), ("save_every", "checkpoint_every"),
+     ("steps_per_report", "log_every")],
 )
 def test_misspelt_options_name_the_one_meant(name, meant):
     names = [name, "steps", "ansible_host", "cluster_work_dir", "mpi_slots", "playbook_dir",
