@@ -9,12 +9,12 @@ meta/argument_specs.yml). Every option that is not the launcher's own becomes th
 the same name (grad_bucket_bytes -> --grad-bucket-bytes), so a new train flag needs no code here.
 """
 
-import importlib.util
 import os
 import posixpath
 import re
 import shlex
-from pathlib import Path
+
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
 
 BACKENDS = ("mpi", "ring", "jaccl", "jaccl-ring")
 # Backends mlx.launch starts (with a hosts.json): one rank per slot of the hostfile, no mpirun.
@@ -45,17 +45,8 @@ RANK_VARIABLE = "${OMPI_COMM_WORLD_RANK:-$MLX_RANK}"
 TAIL_LINES = 15
 
 
-def _load_spelling():
-    """train/spelling.py, the one "did you mean" of train.yml's extra vars and python -m train's
-    --config keys, loaded by its path in this checkout (a filter plugin is in no package)."""
-    path = Path(__file__).resolve().parents[3] / "train" / "spelling.py"
-    spec = importlib.util.spec_from_file_location("train_spelling", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-spelling = _load_spelling()
+# The one "did you mean" of train.yml's extra vars and python -m train's --config keys.
+spelling = load("train/spelling.py")
 
 
 # ---------------------------------------------------------------- request validation
