@@ -32,6 +32,9 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.xdist_group("cluster"))
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+    # Last, when the other worker's in-process tests are over: their load would skew what it
+    # compares.
+    items.sort(key=lambda item: "speed" in item.keywords)
 
 
 @pytest.fixture

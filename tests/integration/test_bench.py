@@ -17,7 +17,7 @@ import yaml
 from tests.integration.test_check import assert_whole
 from tools.playbook import run_playbook
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.speed]
 
 MiB = 1 << 20
 # One round of the training trial (each trial costs seconds here): the rounds' alternating order
