@@ -11,6 +11,9 @@ import pytest
 
 from tools.vcluster import VirtualCluster
 
+# tests/integration/conftest.py's clusters, each built once per test run.
+SESSION_CLUSTERS = {"train_cluster", "cable_ring", "fresh_install"}
+
 
 def cluster_unavailable() -> str | None:
     """Why virtual clusters cannot be built here, or None when they can."""
@@ -27,9 +30,12 @@ def pytest_collection_modifyitems(items):
     reason = cluster_unavailable() if any("cluster" in i.keywords for i in items) else None
     for item in items:
         if "cluster" in item.keywords:
-            # `make test` (-n 2 --dist loadgroup): the clusters one after another on one worker,
-            # their session fixtures shared; the in-process tests on the other.
-            item.add_marker(pytest.mark.xdist_group("cluster"))
+            # `make test` (-n 2 --dist loadgroup): the tests on the session's clusters one after
+            # another on one worker, which builds each once; the tests that build clusters of
+            # their own and the in-process tests on the other.
+            shared = SESSION_CLUSTERS.intersection(item.fixturenames)
+            group = "session-clusters" if shared else "own-clusters"
+            item.add_marker(pytest.mark.xdist_group(group))
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
     # Last, when the other worker's in-process tests are over: their load would skew what it

@@ -29,9 +29,9 @@ STRICT = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "Conne
 
 
 def session_cluster_here(tmp_path_factory):
-    """Skip when clusters cannot be built here. Under `make test` (pytest-xdist) every cluster
-    test runs on one worker (tests/conftest.py), so each session cluster is built once: fail
-    before building a second on another worker."""
+    """Skip when clusters cannot be built here. Under `make test` (pytest-xdist) every test on
+    a session cluster runs on one worker (tests/conftest.py), so each is built once: fail before
+    building one on a second worker."""
     reason = cluster_unavailable()
     if reason:
         pytest.skip(reason)
@@ -41,8 +41,8 @@ def session_cluster_here(tmp_path_factory):
         with contextlib.suppress(FileExistsError), mark.open("x") as f:
             f.write(worker)
         assert mark.read_text() == worker, (
-            f"cluster tests run on {mark.read_text()} and {worker}: pytest-xdist's loadgroup "
-            "did not group them (requirements.txt: pytest)")
+            f"session-cluster tests run on {mark.read_text()} and {worker}: pytest-xdist's "
+            "loadgroup did not group them (requirements.txt: pytest)")
 
 
 @pytest.fixture(scope="session")

@@ -196,6 +196,7 @@ def test_sshd_stopped_and_host_key_changed(cluster, tmp_path):
     assert "pins every host's current key in ~/.ssh/mlx_cluster_known_hosts" in run.stdout
 
 
+@pytest.mark.speed
 def test_one_slow_link_is_named(cluster, tmp_path):
     a, b, c = names(cluster)
     # Shape both directions of c's Thunderbolt cable: its own port and the switch's port to it.
