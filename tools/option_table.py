@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
+
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = ROOT / "roles/launch/meta/argument_specs.yml"
 PAGE = ROOT / "docs/training.md"
@@ -29,9 +31,10 @@ def cell(text):
     return html.escape(text, quote=False).replace("|", "\\|")
 
 
-def default(spec):
-    """An option's default as the tables show it: `false`, `[]`, `auto`; empty if it has none."""
-    value = spec.get("default")
+def default(name, spec):
+    """An option's default as the tables show it: `false`, `[]`, `auto`; empty if it has none.
+    The supervisor's options have theirs in the supervisor (its `check` settles them)."""
+    value = spec.get("default", load("roles/launch/files/supervisor.py").settle([]).get(name))
     if value is None:
         return ""
     return f"`{value if isinstance(value, str) else json.dumps(value)}`"
@@ -44,7 +47,7 @@ def table(options):
         description = spec["description"]
         if isinstance(description, list):  # argument specs allow a list of paragraphs
             description = " ".join(description)
-        rows.append(f"| `{name}` | {spec['type']} | {default(spec)} | {choices} | "
+        rows.append(f"| `{name}` | {spec['type']} | {default(name, spec)} | {choices} | "
                     f"{cell(description)} |")
     return "\n".join(rows) + "\n"
 

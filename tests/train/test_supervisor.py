@@ -43,7 +43,7 @@ SETTINGS = ("--batch-size", "32", "--checkpoint-every", "100", "--log-every", "1
 # Long enough that a fault injected a few seconds in (a supervisor replaced, then a rank frozen)
 # lands mid-run, not in the final checkpoint: about 300 steps a second here, 10 s in all.
 STEPS = 3000
-STALL = 8  # --stall-timeout of these tests, seconds
+STALL = 10  # --stall-timeout of these tests, seconds: the least the supervisor takes
 names = itertools.count()
 
 

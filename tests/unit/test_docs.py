@@ -50,4 +50,4 @@ def test_the_readme_options_are_train_yml_options_with_their_defaults():
     assert len(rows) == 10
     for name, shown in rows:
         assert name in REQUEST_SPEC
-        assert shown.startswith(option_table.default(REQUEST_SPEC[name]) or shown), name
+        assert shown.startswith(option_table.default(name, REQUEST_SPEC[name]) or shown), name

@@ -274,21 +274,20 @@ def test_train_args_only_carry_what_the_user_gave():
     assert "--resume" not in launch.launch_train_args(request(resume="false"))
 
 
-def test_request_takes_the_tables_defaults():
-    assert request()["backend"] == "mpi" and request()["time_limit"] == 86400
-    assert request()["startup_timeout"] == 1800
-    assert request()["restart_backoff"] == 10
+def test_request_takes_the_tables_defaults_and_the_supervisors():
+    assert request()["backend"] == "mpi" and request()["follow_reconnect"] == 600
+    settled = launch.launch_supervisor_settings(request())
+    assert settled["time_limit"] == 86400 and settled["startup_timeout"] == 1800
+    assert settled["restart_backoff"] == 10 and settled["stall_timeout"] == "auto"
+    assert "elastic" not in settled and request()["elastic"] is False
+    assert "time_limit" not in launch.launch_supervisor_settings(request(time_limit="60"))
     assert request(backend="ring")["backend"] == "ring"
     assert request(resume="yes")["resume"] is True
     assert request(resume="maybe")["resume"] == "maybe"  # left for launch_request_errors
 
 
-def test_the_restart_options_keep_the_supervisors_defaults_and_bounds():
-    start = supervisor.parser().parse_args(["start", "--run-dir", "r", "--lock", "l"])
-    assert REQUEST_SPEC["restart_backoff"]["default"] == start.restart_backoff == 10
-    assert launch.LAUNCHER_NUMBERS["restart_backoff"] == (0, supervisor.BACKOFF_CAP)
-    assert REQUEST_SPEC["max_restarts"]["default"] == start.max_restarts
-    assert launch.LAUNCHER_NUMBERS["max_restarts"] == (0, supervisor.MAX_RESTARTS)
+def flag(name):
+    return "--" + name.replace("_", "-")
 
 
 def test_every_train_option_of_the_table_is_a_setting_of_python_m_train_and_back():
@@ -299,6 +298,34 @@ def test_every_train_option_of_the_table_is_a_setting_of_python_m_train_and_back
     settings = set(vars(cli.DEFAULT))  # one per flag (and --config)
     assert train_options - settings == set(), "request options without a python -m train flag"
     assert set(launch.SET_BY_TRAIN_YML) == settings - train_options | {"config"}
+
+
+def test_every_option_of_the_table_reaches_exactly_one_consumer():
+    """python -m train (one of its flags), the supervisor (a flag of supervisor.py start) or the
+    play itself (PLAY_OPTIONS); and the play's flags for each consumer carry exactly its rows."""
+    train_flags = {o for action in cli.parser()._actions for o in action.option_strings}
+    start = supervisor.parser()._subparsers._group_actions[0].choices["start"]
+    supervisor_flags = {o for action in start._actions for o in action.option_strings}
+    consumers = {name: [who for who, takes in (("train", flag(name) in train_flags),
+                                               ("supervisor", flag(name) in supervisor_flags),
+                                               ("play", name in launch.PLAY_OPTIONS)) if takes]
+                 for name in REQUEST_SPEC}
+    assert {name: who for name, who in consumers.items() if len(who) != 1} == {}
+    assert {"grad_bucket_bytes", "stall_timeout", "follow_reconnect"} <= set(REQUEST_SPEC)
+    assert set(launch.SUPERVISOR_OPTIONS) <= set(REQUEST_SPEC)  # each job option has its row
+    every = request(**{name: "true" if spec["type"] == "bool" else "12"
+                       for name, spec in REQUEST_SPEC.items()})
+    for who, args in (("train", launch.launch_train_args(every)),
+                      ("supervisor", launch.launch_supervisor_args(every, elastic="{}"))):
+        assert {a.split("=")[0] for a in args} == {
+            flag(name) for name, takes in consumers.items() if takes == [who]}, who
+
+
+def test_each_supervisor_option_has_one_default_the_supervisors():
+    defaults = supervisor.settle([])
+    assert defaults["stall_timeout"] == "auto" and defaults["max_restarts"] == 2
+    assert [name for name, value in defaults.items()
+            if value is not None and "default" in REQUEST_SPEC[name]] == []
 
 
 def test_ranks_fill_hosts_in_hostfile_order():

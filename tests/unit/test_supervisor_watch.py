@@ -118,8 +118,9 @@ def test_a_supervisor_held_up_after_reading_judges_what_it_read_not_the_time_it_
     run = tmp_path / "run"
     (run / "logs").mkdir(parents=True)
     args = supervisor.parser().parse_args(
-        ["start", "--run-dir", str(run), "--lock", str(tmp_path / "lock"), "--stall-timeout",
-         "1", "--rank-hosts", '[{"rank": 0, "host": "h0", "address": "local"}]'])
+        ["start", "--run-dir", str(run), "--lock", str(tmp_path / "lock"),
+         "--rank-hosts", '[{"rank": 0, "host": "h0", "address": "local"}]'])
+    args.stall_timeout = 1  # below what the CLI takes (10 s): this test waits it out
     sup = supervisor.Supervisor(args, run)
     sup.watch_launch(supervisor.time.time())
     (run / "logs" / "rank.0.heartbeat").write_text(

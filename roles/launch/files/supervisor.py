@@ -4,6 +4,7 @@
     supervisor.py start  --run-dir DIR --lock FILE [options]   # daemonizes, prints "started PID"
     supervisor.py stop   --run-dir DIR [--reason user] [--stop-grace S]
     supervisor.py status --runs-dir RUNS [--json]
+    supervisor.py check  [options]   # the job's options settled as JSON, or the first one's error
 
 `start` leaves a keeper (the PID it prints) whose child, the supervisor, owns the job; a
 supervisor that dies is replaced at once and adopts the running job (see keep()).
@@ -54,6 +55,8 @@ LOCKED = 3  # exit code of `start` when another supervisor holds the lock
 KILL_AFTER = 5  # seconds between TERM and KILL of the launcher's process group
 BACKOFF_CAP = 300  # seconds: the longest wait before a restart
 MAX_RESTARTS = 100  # --max-restarts' bound
+DAY, YEAR = 86400, 365 * 86400
+STOP_GRACE = 120  # seconds a stop gives the ranks to reach a step and checkpoint there
 KEEPER_RESTARTS = 5  # supervisors a keeper starts again within KEEPER_WINDOW s before it gives up
 KEEPER_WINDOW = 600
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
@@ -526,8 +529,7 @@ class Supervisor:
         return words[0] if words else "user"
 
     def over_time(self):
-        limit = self.args.time_limit
-        return limit is not None and time.monotonic() - self.t0 > limit
+        return time.monotonic() - self.t0 > self.args.time_limit
 
     def end(self, state, reason, code):
         (self.dir / "stop").unlink(missing_ok=True)
@@ -1013,22 +1015,73 @@ def seconds(text):
     return value
 
 
-def restarts(text):
-    value = int(text)
-    if not 0 <= value <= MAX_RESTARTS:
-        raise ValueError
-    return value
+def shown(value, limit=40):
+    """A value as a message quotes it: cut short, so the message stays one line."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
 
 
-def first_backoff(text):
-    value = seconds(text)
-    if value > BACKOFF_CAP:
-        raise ValueError
-    return value
+def whole(flag, least, most, auto=False):
+    """argparse type of a job option: an integer from least to most (or auto), else an error
+    that says so and how to fix it. The job's options are train.yml's (its request table passes
+    them on): the bounds are far beyond a real run, low enough to catch a slip."""
+    def parse(text):
+        if auto and text == "auto":
+            return text
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not least <= value <= most:
+            what = "auto or a number of seconds" if auto else "an integer"
+            fix = f"e.g. {flag}={max(least, 1)}0" + (", or leave it out (auto)" if auto else "")
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} is not {what} from {least} to {most} — {fix}")
+        return value
+    return parse
 
 
-def stall(text):
-    return text if text == "auto" else seconds(text)
+def add_job_options(p):
+    """The options of a job that train.yml's request sets, each with its one check and default."""
+    p.add_argument("--time-limit", type=whole("--time-limit", 1, YEAR), default=DAY, metavar="S",
+                   help="stop the job (reason time_limit) after S seconds in all "
+                   "(default: %(default)s)")
+    p.add_argument("--stall-timeout", type=whole("--stall-timeout", 10, DAY, auto=True),
+                   default="auto", metavar="S|auto",
+                   help="no new step or evaluation batch for S seconds on any rank is a stall, "
+                   "and a rank whose heartbeat is not rewritten for S seconds is frozen; auto: "
+                   "max(60, 20 x the median step time) (default: %(default)s)")
+    p.add_argument("--startup-timeout", type=whole("--startup-timeout", 10, DAY), default=1800,
+                   metavar="S", help="the stall timeout of a model load (or download) and of a "
+                   "checkpoint write (default: %(default)s)")
+    p.add_argument("--max-restarts", type=whole("--max-restarts", 0, MAX_RESTARTS), default=2,
+                   metavar="N", help=f"automatic restarts, 0 to {MAX_RESTARTS} "
+                   "(default: %(default)s)")
+    p.add_argument("--restart-backoff", type=whole("--restart-backoff", 0, BACKOFF_CAP),
+                   default=10, metavar="S", help="wait before a restart, doubling after each "
+                   f"restart that trained no step, at most {BACKOFF_CAP} s "
+                   "(default: %(default)s)")
+    p.add_argument("--stop-grace", type=whole("--stop-grace", 10, DAY), default=STOP_GRACE,
+                   metavar="S", help="kill a job that has not stopped S seconds after DIR/stop "
+                   "(default: %(default)s)")
+    p.add_argument("--elastic", type=json.loads, metavar="JSON",
+                   help='{"argv": the launcher\'s argv, '
+                   '"batch_size": N or null}: on a restart, leave out hosts ssh cannot reach and '
+                   "go on with the same global batch on the ranks left (mpirun only)")
+
+
+def settle(argv):
+    """The job's options in argv (start's flags) with the defaults of those not given, as
+    `check` prints them; the first invalid one raises argparse.ArgumentError, naming its flag
+    and the fix (train.yml's preflight calls this with the request's options)."""
+    p = argparse.ArgumentParser(prog="supervisor.py check", add_help=False, exit_on_error=False)
+    add_job_options(p)
+    return vars(p.parse_args(argv))
+
+
+def check(args):
+    print(json.dumps({name: getattr(args, name) for name in settle([])}))
+    return 0
 
 
 def parser():
@@ -1038,45 +1091,31 @@ def parser():
     s.add_argument("--run-dir", type=Path, required=True, help="the run's directory, with "
                    "command.sh; DIR/logs/rank.0.heartbeat is rank 0's heartbeat")
     s.add_argument("--lock", type=Path, required=True, help="one job at a time per lock file")
-    s.add_argument("--time-limit", type=seconds, metavar="S", help="stop the job (reason "
-                   "time_limit) after S seconds in all (default: none)")
-    s.add_argument("--stall-timeout", type=stall, default="auto", metavar="S|auto",
-                   help="no new step or evaluation batch for S seconds on any rank is a stall, "
-                   "and a rank whose heartbeat is not rewritten for S seconds is frozen; auto: "
-                   "max(60, 20 x the median step time) (default: auto)")
-    s.add_argument("--startup-timeout", type=seconds, default=1800, metavar="S",
-                   help="the stall timeout of a model load (or download) and of a checkpoint "
-                   "write (default: 1800)")
-    s.add_argument("--max-restarts", type=restarts, default=2, metavar="N",
-                   help=f"0..{MAX_RESTARTS} (default: 2)")
-    s.add_argument("--restart-backoff", type=first_backoff, default=10, metavar="S",
-                   help=f"0..{BACKOFF_CAP}: wait before a restart, doubling after each restart "
-                   f"that trained no step, at most {BACKOFF_CAP} s (default: 10)")
+    add_job_options(s)
     s.add_argument("--exit-grace", type=seconds, default=60, metavar="S", help="stop a launcher "
                    "still running S seconds after summary.json (default: 60)")
-    s.add_argument("--stop-grace", type=seconds, default=120, metavar="S", help="kill a job that "
-                   "has not stopped S seconds after DIR/stop (default: 120)")
     s.add_argument("--rank-hosts", metavar="JSON", help='[{"rank": 0, "host": NAME, "address": '
                    '"local" or an ssh address, "run_dir": optional}, ...] (default: rank 0, local)')
     s.add_argument("--write-command", action="store_true", help="first write command.sh into "
                    "DIR from stdin (one step for train.yml: directories, command and start)")
-    s.add_argument("--elastic", type=json.loads, metavar="JSON",
-                   help='{"argv": the launcher\'s argv, '
-                   '"batch_size": N or null}: on a restart, leave out hosts ssh cannot reach and '
-                   "go on with the same global batch on the ranks left (mpirun only)")
     s.add_argument("--poll", type=seconds, default=1, metavar="S", help=argparse.SUPPRESS)
     s.set_defaults(func=start)
     s = sub.add_parser("stop", help="stop the job at a step with a checkpoint; exit 0 when "
                        "nothing of it is left")
     s.add_argument("--run-dir", type=Path, required=True)
     s.add_argument("--reason", default="user", help="a word recorded as the reason (default: user)")
-    s.add_argument("--stop-grace", type=seconds, default=120, metavar="S",
-                   help="kill the job if it has not stopped after S seconds (default: 120)")
+    # Any grace: train.yml's was checked with the job's options (check) before the job started.
+    s.add_argument("--stop-grace", type=seconds, default=STOP_GRACE, metavar="S",
+                   help="kill the job if it has not stopped after S seconds (default: %(default)s)")
     s.set_defaults(func=stop)
     s = sub.add_parser("status", help="one line per run: name, state, step/steps, restarts, reason")
     s.add_argument("--runs-dir", type=Path, required=True)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=status)
+    s = sub.add_parser("check", help="the job's options (start's) settled with their defaults, "
+                       "as JSON; starts nothing")
+    add_job_options(s)
+    s.set_defaults(func=check)
     return p
 
 

@@ -5,10 +5,13 @@ tests/unit/test_launch_filters.py. The mpirun part of the command comes from the
 mpirun_argv; these filters add what is specific to running `python -m train`.
 
 A request is one dict under the names users type with -e (the `request` options of
-meta/argument_specs.yml). Every option that is not the launcher's own becomes the train flag of
-the same name (grad_bucket_bytes -> --grad-bucket-bytes), so a new train flag needs no code here.
+meta/argument_specs.yml). Each option reaches one consumer under its own name: the supervisor's
+(files/supervisor.py: its job options, stall_timeout -> --stall-timeout, checked and defaulted
+there), the play's own (PLAY_OPTIONS), and every other one python -m train as the flag of the
+same name (grad_bucket_bytes -> --grad-bucket-bytes); so a new option needs no code here.
 """
 
+import argparse
 import os
 import posixpath
 import re
@@ -16,13 +19,17 @@ import shlex
 
 from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
 
+supervisor = load("roles/launch/files/supervisor.py")
+
 BACKENDS = ("mpi", "ring", "jaccl", "jaccl-ring")
 # Backends mlx.launch starts (with a hosts.json): one rank per slot of the hostfile, no mpirun.
 MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")
-# Options of the launch itself; every other request option is a `python -m train` flag.
-LAUNCHER_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "time_limit",
-                    "stall_timeout", "startup_timeout", "max_restarts", "restart_backoff",
-                    "stop_grace", "follow_reconnect", "elastic", "attach", "stop", "status")
+# Options the play itself reads; the supervisor's are its job options (their names and defaults,
+# supervisor.py's); every other request option is a `python -m train` flag.
+PLAY_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "follow_reconnect",
+                "attach", "stop", "status")
+SUPERVISOR_OPTIONS = tuple(supervisor.settle([]))
+LAUNCHER_OPTIONS = PLAY_OPTIONS + SUPERVISOR_OPTIONS
 # python -m train's flags that train.yml sets itself, and what to do instead: a settings file
 # shared with python -m train (-e @run.yml) may hold them, and nothing would read them.
 SET_BY_TRAIN_YML = {"out": "train.yml writes the run to runs/<run_name>/: give run_name instead",
@@ -34,11 +41,8 @@ SET_BY_TRAIN_YML = {"out": "train.yml writes the run to runs/<run_name>/: give r
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # Characters of any one value: more is a slip (a pasted file), not a path or a command.
 VALUE_MAX = 4096
-# The launcher's numbers: (least, most) — far beyond a real run, low enough to catch a slip.
-LAUNCHER_NUMBERS = {"time_limit": (1, 365 * 86400), "max_restarts": (0, 100),
-                    "restart_backoff": (0, 300), "stop_grace": (10, 86400),
-                    "follow_reconnect": (0, 86400), "startup_timeout": (10, 86400)}
-STALL_TIMEOUT = (10, 86400)
+# The play's numbers: (least, most) — far beyond a real run, low enough to catch a slip.
+PLAY_NUMBERS = {"follow_reconnect": (0, 86400)}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
 RANK_VARIABLE = "${OMPI_COMM_WORLD_RANK:-$MLX_RANK}"
@@ -68,10 +72,7 @@ def _int(value, minimum, maximum=None):
     return number if minimum <= number <= (maximum or number) else None
 
 
-def _shown(value, limit=40):
-    """A value as a message quotes it: cut short, so the message stays one line."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(str(value))} characters)"
+_shown = supervisor.shown  # a value as every message quotes it
 
 
 def _bool(value):
@@ -185,7 +186,7 @@ def launch_request_errors(request, hosts, topology="bridge"):
                           f"({VALUE_MAX}) — give the path, name or command itself")
     request = {name: value for name, value in request.items()
                if not (_given(value) and len(str(value)) > VALUE_MAX)}
-    for name, (minimum, maximum) in LAUNCHER_NUMBERS.items():
+    for name, (minimum, maximum) in PLAY_NUMBERS.items():
         value = request.get(name)
         if _given(value) and _int(value, minimum, maximum) is None:
             errors.append(f"{name}: {_shown(value)} is not an integer from {minimum} to "
@@ -194,11 +195,7 @@ def launch_request_errors(request, hosts, topology="bridge"):
         if _given(request.get(name)) and _bool(request[name]) is None:
             errors.append(f"{name}: {_shown(request[name])} is not true or false — e.g. "
                           f"-e {name}=true")
-    stall = request.get("stall_timeout")
-    if _given(stall) and str(stall) != "auto" and _int(stall, *STALL_TIMEOUT) is None:
-        errors.append(f"stall_timeout: {_shown(stall)} is not auto or a number of seconds from "
-                      f"{STALL_TIMEOUT[0]} to {STALL_TIMEOUT[1]} — e.g. -e stall_timeout=600, or "
-                      "leave it out (auto)")
+    errors += _supervisor_errors(request)
     runs = [n for n in ("attach", "stop") if _given(request.get(n))]
     for name in runs:
         if not RUN_NAME.fullmatch(str(request[name])):
@@ -241,6 +238,29 @@ def launch_request_errors(request, hosts, topology="bridge"):
                 errors.append(f"mpi_extra_args: {_shown(extra)} cannot be split like a shell would "
                               f"({e}) — quote it as you would in a shell, or give a YAML list")
     return errors
+
+
+def _supervisor_errors(request):
+    """The supervisor's judgement of its options (supervisor.settle, its argparse), in the
+    words of train.yml: `argument --time-limit: '0' ... e.g. --time-limit=10` becomes
+    `time_limit: 0 ... e.g. -e time_limit=10`, the value shown as the user gave it."""
+    try:
+        supervisor.settle(launch_supervisor_args(request))
+    except argparse.ArgumentError as e:
+        name = e.argument_name.lstrip("-").replace("-", "_")
+        words = str(e).partition(": ")[2].removeprefix(_shown(str(request[name])))
+        words = re.sub(r"(?<![\w-])--([a-z]+(?:-[a-z]+)*)=",
+                       lambda m: "-e " + m[1].replace("-", "_") + "=", words)
+        return [f"{name}: {_shown(request[name])}{words}"]
+    return []
+
+
+def launch_supervisor_settings(request):
+    """The supervisor's options of a valid request, those not given with the supervisor's
+    defaults (the one statement of them): {option: value}, to combine into the request."""
+    settled = supervisor.settle(launch_supervisor_args(request))
+    return {name: value for name, value in settled.items()
+            if value is not None and not _given(request.get(name))}
 
 
 def _np_errors(request, hosts, backend):
@@ -404,6 +424,23 @@ def launch_train_args(request, heartbeat=None, data=None, model=None):
         args.append(flag if value is True else f"{flag}={value}")
     if heartbeat:
         args.append(f"--heartbeat={heartbeat}")
+    return args
+
+
+def launch_supervisor_args(request, elastic=None):
+    """`supervisor.py start` flags for the request's options that are the supervisor's, as
+    launch_train_args writes train's (time_limit -> --time-limit=...).
+
+    elastic: what --elastic carries when the request asks for elastic (the launcher's argv and
+    the global batch, as JSON); left out without it.
+    """
+    args = []
+    for name in SUPERVISOR_OPTIONS:
+        value = request.get(name)
+        if name == "elastic":
+            value = elastic if _bool(value) else None
+        if _given(value):
+            args.append(f"--{name.replace('_', '-')}={value}")
     return args
 
 
@@ -662,6 +699,8 @@ class FilterModule:
             "launch_run_name": launch_run_name,
             "launch_shell_command": launch_shell_command,
             "launch_summary_lines": launch_summary_lines,
+            "launch_supervisor_args": launch_supervisor_args,
+            "launch_supervisor_settings": launch_supervisor_settings,
             "launch_train_args": launch_train_args,
             "launch_split_value_errors": launch_split_value_errors,
             "launch_train_check_error": launch_train_check_error,
