@@ -1,6 +1,7 @@
 """roles/launch/files/supervisor.py: which process a recorded pid is (start time and boot id,
 parsed from real outputs of Linux and macOS), and the back-off before a restart."""
 
+import json
 import subprocess
 import sys
 
@@ -71,6 +72,22 @@ def test_max_restarts_has_a_range():
     for bad in ("101", "-1", "1000000"):
         with pytest.raises(SystemExit):
             supervisor.parser().parse_args([*start, bad])
+
+
+def test_check_prints_the_jobs_options_settled_or_the_first_error_with_its_fix():
+    """`supervisor.py check`, as a user runs it: start's job options with their defaults (the one
+    statement of them), or exit 2 naming the flag, the value, its range and a value that works."""
+    path = supervisor.__file__
+    done = subprocess.run([sys.executable, path, "check", "--stall-timeout", "600"],
+                          capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == {
+        "time_limit": 86400, "stall_timeout": 600, "startup_timeout": 1800, "max_restarts": 2,
+        "restart_backoff": 10, "stop_grace": 120, "elastic": None}
+    bad = subprocess.run([sys.executable, path, "check", "--restart-backoff=0.5"],
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and bad.stderr.splitlines()[-1] == (
+        "supervisor.py check: error: argument --restart-backoff: '0.5' is not an integer from 0 "
+        "to 300 — e.g. --restart-backoff=10")
 
 
 def test_the_first_backoff_is_at_most_the_cap():
