@@ -284,14 +284,21 @@ def words(text):
     return " ".join(text.split())
 
 
-def copies(vc):
+def copies(vc, name="corpus.txt"):
     """{host: (sha256, inode and ctime)} of each host's staged corpus."""
     found = {}
     for host in vc.hosts:
-        out = vc.run(host, "sha256sum mlx-cluster/data/corpus.txt && "
-                     "stat -c '%i %Z' mlx-cluster/data/corpus.txt", user=host.user).stdout.split()
+        out = vc.run(host, f"sha256sum mlx-cluster/data/{name} && "
+                     f"stat -c '%i %Z' mlx-cluster/data/{name}", user=host.user).stdout.split()
         found[host.name] = (out[0], out[2:])
     return found
+
+
+def transfers(run):
+    """(receiving host, sender) of each transfer of the inputs in a train.yml run."""
+    return [(r["item"]["host"], r["item"]["from"]) for task in run.task_results()
+            if task.get("task", "").startswith("Send the inputs")
+            for r in task["res"].get("results", [])]
 
 
 def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):
@@ -326,8 +333,9 @@ def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):
     named = re.findall(r"\[(\S+)\][^\[]*?corpus\.txt has (\d+) bytes, (\d+) on the controller: "
                        r"sending it again", words(second.stdout))
     assert named == [(changed, str(size + 100), str(size))], second.stdout[-6000:]
-    sends = f"changed: [{launch_host} -> localhost]"  # the controller's rsync
-    assert sends in first.stdout and sends not in second.stdout
+    assert transfers(first) == [(h, "the controller" if h == launch_host else launch_host)
+                                 for h in [launch_host, *others]]
+    assert transfers(second) == [(changed, launch_host)]
     now = copies(vc)
     assert now[changed][0] == digest
     assert {h: now[h] for h in now if h != changed} == {h: sent[h] for h in sent if h != changed}
@@ -339,6 +347,55 @@ def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):
     for host in others:  # from the launch host, over bridge0 (the repair: rsync's delta)
         assert extra[host, "bridge0"] > 0.9 * size, extra
         assert extra[host, "en0"] < 0.1 * size, extra
+    assert job_processes(vc) == {h.name: [] for h in vc.hosts}
+
+
+def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
+    """Ctrl-C of train.yml (SIGINT to its process group, as a terminal sends it) while the
+    controller sends a corpus over the launch host's slow en0: the launch host keeps what arrived
+    (rsync --partial) and the next launch sends only the rest; the play showed the transfer's
+    progress, and every copy is the controller's."""
+    vc = cluster
+    size = 24 << 20  # about 12 s at 16 Mbit/s (1.9 MiB/s)
+    corpus = tmp_path / "resumed.txt"
+    corpus.write_bytes(os.urandom(size))
+    digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
+    launch = vc.hosts[0]
+    extravars = {"launch_results_dir": str(tmp_path / "runs"), "run_name": "interrupted",
+                 "model": "gpt", "dataset": "text", "data": str(corpus), "steps": 4,
+                 "launch_staging_progress_interval": 1}
+
+    def arrived():
+        return sum(int(n) for n in vc.run(
+            launch, "find mlx-cluster/data -maxdepth 1 -name '.resumed.txt.*' -printf '%s\\n'",
+            user=launch.user).stdout.split())
+
+    with vc.shaped("en0=16mbit", hosts=[launch]):
+        play = subprocess.Popen(
+            [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(vc.inventory),
+             "train.yml", "-e", json.dumps(extravars)],
+            cwd=Path(__file__).resolve().parents[2], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            wait_for(lambda: arrived() > size // 2, 120, "half of the corpus on the launch host")
+        finally:
+            os.killpg(play.pid, signal.SIGINT)
+            interrupted = play.communicate(timeout=60)[0]
+    kept = int(wait_for(lambda: vc.run(launch, "stat -c %s mlx-cluster/data/resumed.txt",
+                                       user=launch.user, check=False).stdout, 10, "the partial"))
+    assert size // 2 < kept < size, interrupted[-3000:]
+    shown = re.findall(rf"\[{launch.name}\] data/resumed\.txt from the controller: "
+                       r"([\d.]+) of 24\.0 MiB, ([\d.]+) MiB/s", interrupted)
+    assert shown and 0 < max(float(rate) for _, rate in shown) < 3, interrupted[-3000:]
+
+    second, _, received = staged_launch(vc, tmp_path, "resumed", corpus)
+    named = re.findall(r"\[(\S+)\][^\[]*?resumed\.txt has (\d+) bytes, (\d+) on the controller",
+                       words(second.stdout))
+    assert (launch.name, str(kept), str(size)) in named, second.stdout[-6000:]
+    # The rest, not the whole corpus, came to the launch host (with the launch's own traffic).
+    assert received[launch.name, "en0"] < size - kept + (2 << 20), (kept, received)
+    assert {h: copy[0] for h, copy in copies(vc, "resumed.txt").items()} == dict.fromkeys(
+        [h.name for h in vc.hosts], digest)
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 

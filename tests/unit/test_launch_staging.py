@@ -1,11 +1,16 @@
 """Staging train.yml's inputs: files/staging.py (manifests on the hosts and the controller),
-lookup_plugins/staging_manifest.py and filter_plugins/staging.py (what differs, the transfers).
+lookup_plugins/staging_manifest.py, filter_plugins/staging.py (what differs, the transfers) and
+action_plugins/staging_transfer.py (their progress).
 The transfer itself over real ssh, and the bytes per interface, in
 tests/integration/test_train_playbook.py::test_inputs_are_sent_once_and_fanned_out_over_bridge0."""
 
 import os
+import re
 import shlex
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,6 +19,7 @@ from tests.unit.plugins import load
 
 script = load("roles/launch/files/staging.py")
 staging = load("roles/launch/filter_plugins/staging.py")
+transfer = load("roles/launch/action_plugins/staging_transfer.py")
 lookup = load("roles/launch/lookup_plugins/staging_manifest.py")
 
 
@@ -177,7 +183,8 @@ STAGED = [{"rel": "models/m", "src": "/ctrl/m/", "dir": True},
 
 def info(name, home=None):
     home = home or f"/home/{name}"
-    return {"name": name, "home": home, "work_dir": f"{home}/mlx-cluster"}
+    return {"name": name, "home": home, "work_dir": f"{home}/mlx-cluster",
+            "python_env": f"{home}/mlx-cluster/venv"}
 
 
 def test_the_launch_host_sends_each_other_host_only_what_it_lacks_to_its_mpi_address():
@@ -187,18 +194,18 @@ def test_the_launch_host_sends_each_other_host_only_what_it_lacks_to_its_mpi_add
                "launch_stale": {"models/m": ["not there"], "data/c.txt": ["c.txt missing"]}},
               {"inventory_hostname": "h3", "cluster_host_info": info("h3"), "launch_stale": {}}]
     commands = staging.staging_fanout_commands(STAGED, ranked, HOSTS, "h1")
-    flags = ["rsync", "-r", "-t", "-L", "--delete", "--timeout=60",
+    flags = ["rsync", "-r", "-t", "-L", "--delete", "--timeout=60", "--partial",
              "-e", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes"]
     assert commands == [
-        {"item": {"host": "h2", "rel": "models/m"},
+        {"item": {"host": "h2", "rel": "models/m", "from": "h1"},
          "argv": [*flags, "/home/h1/mlx-cluster/models/m/", "198.19.0.2:mlx-cluster/models/m/"]},
-        {"item": {"host": "h2", "rel": "data/c.txt"},
+        {"item": {"host": "h2", "rel": "data/c.txt", "from": "h1"},
          "argv": [*flags, "/home/h1/mlx-cluster/data/c.txt", "198.19.0.2:mlx-cluster/data/c.txt"]},
     ]
     closed = "rsync: connection unexpectedly closed"
     results = [{"item": commands[0]["item"], "rc": 0, "stderr": ""},
                {"item": commands[1]["item"], "rc": 12, "stderr": closed + "\n"}]
-    assert staging.staging_fanout_errors(results, "h1") == [
+    assert staging.staging_transfer_errors(results) == [
         f"h2: sending data/c.txt from h1 failed (rsync exit 12): {closed}"]
 
 
@@ -212,18 +219,20 @@ def test_the_controller_reaches_the_launch_host_as_ansible_does():
     hostvars = {"inventory_hostname": "h1", "ansible_host": "fe80::1", "ansible_user": "ann",
                 "ansible_port": 2222, "ansible_ssh_private_key_file": "~/.ssh/k",
                 "ansible_ssh_common_args": "-o UserKnownHostsFile=/tmp/kh -o IdentitiesOnly=yes"}
-    argv = staging.staging_controller_argv(STAGED, "models/m", stale["models/m"], hostvars,
-                                           info("h1"))
-    assert argv[:6] == ["rsync", "-r", "-t", "-L", "--delete", "--timeout=60"]
-    assert argv[6] == "-e"
-    assert shlex.split(argv[7]) == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "~/.ssh/k",
+    sends = staging.staging_controller_commands(STAGED, stale, hostvars, info("h1"))
+    assert [s["item"] for s in sends] == [{"host": "h1", "rel": rel, "from": "the controller"}
+                                          for rel in stale]
+    argv = sends[0]["argv"]
+    assert argv[:7] == ["rsync", "-r", "-t", "-L", "--delete", "--timeout=60", "--partial"]
+    assert argv[7] == "-e"
+    assert shlex.split(argv[8]) == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "~/.ssh/k",
                                     "-l", "ann", "-o", "UserKnownHostsFile=/tmp/kh",
                                     "-o", "IdentitiesOnly=yes"]
-    assert argv[8:] == ["/ctrl/m/", "[fe80::1]:mlx-cluster/models/m/"]
+    assert argv[9:] == ["/ctrl/m/", "[fe80::1]:mlx-cluster/models/m/"]
     plain = staging.staging_controller_argv(STAGED, "data/c.txt", stale["data/c.txt"],
                                             {"inventory_hostname": "h1"}, info("h1"))
     # Same size and mtime but not the recorded content: rsync compares checksums.
-    assert plain[6:] == ["-c", "-e", "ssh -o BatchMode=yes", "/ctrl/c.txt",
+    assert plain[7:] == ["-c", "-e", "ssh -o BatchMode=yes", "/ctrl/c.txt",
                          "h1:mlx-cluster/data/c.txt"]
 
 
@@ -237,3 +246,85 @@ def test_a_launch_host_ansible_runs_on_locally_gets_a_local_copy(tmp_path, model
     (work / "models").mkdir(parents=True)
     subprocess.run(argv, check=True, capture_output=True)
     assert script.manifest(str(work / "models" / "tiny-model")) == script.manifest(str(model))
+
+
+def test_what_arrived_counts_a_file_rsync_is_receiving_at_what_it_wrote(tmp_path):
+    data = tmp_path / "data"
+    (data / "m" / "sub").mkdir(parents=True)
+    (data / "c.txt").write_bytes(b"x" * 1000)  # an older or partial copy
+    (data / ".c.txt.AbC123").write_bytes(b"x" * 300)  # what rsync wrote of the new one
+    (data / "other.txt").write_bytes(b"x" * 50)
+    (data / "m" / "a").write_bytes(b"x" * 10)
+    (data / "m" / "sub" / "b").write_bytes(b"x" * 20)
+    (data / "m" / "sub" / ".b.Zz9x0Q").write_bytes(b"x" * 7)
+    assert script.received(str(tmp_path), ["data/c.txt", "data/m", "data/none", "models/m"]) == {
+        "data/c.txt": 300, "data/m": 17, "data/none": 0, "models/m": 0}
+    (data / ".c.txt.AbC123").rename(data / "c.txt")
+    assert script.received(str(tmp_path), ["data/c.txt"]) == {"data/c.txt": 300}
+
+
+def test_the_controller_reads_what_arrived_on_each_host_that_lacks_an_input(tmp_path):
+    manifests = {"models/m": EXPECTED, "data/c.txt": {"c.txt": [5000, 1700000000, "cc"]}}
+    remote = {"inventory_hostname": "h2", "ansible_host": "198.18.0.2", "ansible_user": "ann",
+              "cluster_host_info": info("h2"), "launch_stale": {"data/c.txt": ["not there"]}}
+    work = tmp_path / "mlx-cluster"
+    local = {"inventory_hostname": "h1", "ansible_connection": "local",
+             "cluster_host_info": {**info("h1", str(tmp_path)),
+                                   "python_env": os.path.dirname(os.path.dirname(sys.executable))},
+             "launch_stale": {"models/m": ["not there"]}}
+    unchanged = {"inventory_hostname": "h3", "cluster_host_info": info("h3"), "launch_stale": {}}
+    source = Path(script.__file__).read_text()
+    watch = staging.staging_watch_commands([local, remote, unchanged], manifests, source)
+    assert sorted(watch) == ["h1", "h2"]
+    assert watch["h1"]["totals"] == {"models/m": 3013}
+    assert watch["h2"]["totals"] == {"data/c.txt": 5000}
+    ssh = watch["h2"]["argv"]
+    assert ssh[:-2] == ["ssh", "-o", "BatchMode=yes", "-l", "ann"] and ssh[-2] == "198.18.0.2"
+    assert shlex.split(ssh[-1]) == ["/home/h2/mlx-cluster/venv/bin/python", "-c", source,
+                                    "received", "/home/h2/mlx-cluster", '["data/c.txt"]']
+    (work / "models" / "m").mkdir(parents=True)
+    (work / "models" / "m" / "config.json").write_text("{}")
+    assert transfer._read(watch["h1"]["argv"], 30) == {"models/m": 2}
+
+
+def test_a_progress_line_gives_the_bytes_there_the_rate_and_the_time_left():
+    assert transfer.progress_line("h2", "data/c.txt", "h1", 40 << 20, 100 << 20) == (
+        "[h2] data/c.txt from h1: 40.0 of 100.0 MiB")
+    assert transfer.progress_line("h1", "models/m", "the controller", 40 << 20, 100 << 20,
+                                  20 << 20) == (
+        "[h1] models/m from the controller: 40.0 of 100.0 MiB, 20.0 MiB/s, 3 s left")
+    assert transfer.progress_line("h1", "m", "c", 0, 1 << 40, 10 << 20).endswith(
+        "10.0 MiB/s, 1748 min left")
+    assert transfer.progress_line("h1", "m", "c", 1, 2, 0).endswith(", 0.0 MiB/s")
+
+
+def test_a_transfer_longer_than_the_interval_shows_its_progress(tmp_path, capsys):
+    copy = tmp_path / "data" / ".c.txt.AbC123"
+    copy.parent.mkdir()
+    watch = {"h1": {"argv": [sys.executable, str(Path(script.__file__)), "received",
+                             str(tmp_path), '["data/c.txt"]'],
+                    "totals": {"data/c.txt": 4 << 20}}}
+    with transfer.Progress(watch, "the controller", 0.3):
+        for _ in range(4):  # a transfer of about 1.2 s
+            with copy.open("ab") as f:
+                f.write(b"x" * (1 << 20))
+            time.sleep(0.3)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[h1]")]
+    assert len(lines) >= 2, lines
+    assert re.fullmatch(r"\[h1\] data/c.txt from the controller: [0-4]\.0 of 4\.0 MiB", lines[0])
+    assert re.fullmatch(r".*MiB, \d+\.\d MiB/s(, \d+ s left)?", lines[1]), lines
+    with transfer.Progress(watch, "the controller", 5):  # a quick transfer reads nothing
+        pass
+    assert capsys.readouterr().out == ""
+
+
+def test_a_host_without_rsync_is_named_with_the_fix():
+    missing = {"item": "rsync", "rc": -1, "stdout": "", "stderr": "",
+               "msg": "cannot run rsync: [Errno 2] No such file or directory: 'rsync'"}
+    assert staging.staging_rsync_error(missing, "h2") == (
+        "h2 has no rsync (cannot run rsync: [Errno 2] No such file or directory: 'rsync'), which "
+        "-e data and -e model travel with — install it there (Linux: apt install rsync; macOS "
+        "ships it), then run train.yml again")
+    assert staging.staging_rsync_error({"item": "rsync", "rc": 0, "stdout": "rsync  version 3.2.7"},
+                                       "h2") == ""
+    assert staging.staging_rsync_error(None, "h2") == ""  # nothing staged: not asked

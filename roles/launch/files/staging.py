@@ -12,14 +12,19 @@ the controller). Standard library only; on a host, with the environment's Python
     staging.py record WORK_DIR '["data/corpus.txt", ...]'  after a transfer: make the copy
                                                             private, hash what changed, write the
                                                             manifest and print it
+    staging.py received WORK_DIR '["data/corpus.txt", ...]' during a transfer: the bytes of each
+                                                            input there (its progress)
 """
 
 import hashlib
 import json
 import os
+import re
 import sys
 
 CHUNK = 1 << 20
+# The file rsync writes while it receives <name>: .<name>.XXXXXX beside it, renamed at the end.
+RECEIVING = re.compile(r"^\.(.+)\.[A-Za-z0-9]{6}$")
 
 
 def files(path):
@@ -137,7 +142,47 @@ def record(work_dir, rels):
     return recorded
 
 
+def receiving(name):
+    """The file that name (a path) is rsync's temporary of, or None."""
+    parent, base = os.path.split(name)
+    match = RECEIVING.match(base)
+    return os.path.join(parent, match[1]) if match else None
+
+
+def _sizes(directory, recursive=True):
+    """{path under directory: size} of its files; a file rsync renames meanwhile is left out."""
+    found = {}
+    walk = os.walk(directory)
+    for parent, _, names in walk if recursive else [next(walk, (directory, [], []))]:
+        for name in names:
+            full = os.path.join(parent, name)
+            try:
+                found[os.path.relpath(full, directory)] = os.stat(full).st_size
+            except OSError:
+                continue
+    return found
+
+
+def received(work_dir, rels):
+    """{rel: its bytes on this host}, a file that rsync is receiving counted at the size of what
+    it wrote so far (its .<name>.XXXXXX) instead of its own (an older or partial copy)."""
+    totals = {}
+    for rel in rels:
+        path = os.path.join(work_dir, rel)
+        if os.path.isdir(path):
+            sizes = _sizes(path)
+        else:  # a file input: its temporary lies beside it
+            parent, name = os.path.split(path)
+            sizes = {n: size for n, size in _sizes(parent, recursive=False).items()
+                     if name in (n, receiving(n))}
+        counted = {}
+        for name in sorted(sizes, key=lambda n: receiving(n) is not None):
+            counted[receiving(name) or name] = sizes[name]  # a temporary replaces its file
+        totals[rel] = sum(counted.values())
+    return totals
+
+
 if __name__ == "__main__":
     action, work_dir, rels = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    actions = {"report": report, "prepare": prepare, "record": record}
+    actions = {"report": report, "prepare": prepare, "record": record, "received": received}
     print(json.dumps(actions[action](work_dir, rels)))

@@ -7,6 +7,7 @@ A staged input is {rel: its path under the work dir (data/<name>, models/<name>)
 controller's path, dir: whether it is a directory}; a manifest {file: [size, mtime, sha256]}.
 """
 
+import json
 import posixpath
 import shlex
 
@@ -14,10 +15,12 @@ import shlex
 # its manual pages of macOS 15 and later): -r, -t (the mtimes, which the quick check and the
 # manifests compare), -L (the files symlinks point to: a Hugging Face snapshot is symlinks into its
 # blobs), --delete (a file gone from the controller goes from the hosts), --timeout (a stalled
-# transfer ends). Not -p (the controller's modes: files/staging.py makes the copies private), nor
-# --chmod, -s or --out-format, which the first macOS 15 openrsync lacks (hence no
-# ansible.posix.synchronize here: it always passes --out-format).
-RSYNC_FLAGS = ("-r", "-t", "-L", "--delete", "--timeout=60")
+# transfer ends), --partial (an interrupted transfer keeps what arrived of a file, which the next
+# launch's rsync completes instead of sending it again). Not -p (the controller's modes:
+# files/staging.py makes the copies private), nor --chmod, -s, --out-format or --partial-dir,
+# which the first macOS 15 openrsync lacks (hence no ansible.posix.synchronize here: it always
+# passes --out-format).
+RSYNC_FLAGS = ("-r", "-t", "-L", "--delete", "--timeout=60", "--partial")
 # ssh options of every transfer: never a prompt (a password, an unknown host key) but an error.
 SSH_OPTIONS = ("-o", "BatchMode=yes")
 SHOWN_PROBLEMS = 3
@@ -57,6 +60,16 @@ def staging_stale(manifests, report):
         if problems:
             stale[rel] = problems
     return stale
+
+
+def staging_rsync_error(probed, host):
+    """The message for a host whose `rsync --version` (preflight's probe, a concurrent_commands
+    result; None when nothing is staged) failed, or ''."""
+    if not probed or probed["rc"] == 0:
+        return ""
+    why = (probed.get("msg") or probed.get("stderr") or f"exit {probed['rc']}").strip()
+    return (f"{host} has no rsync ({why[-200:]}), which -e data and -e model travel with — "
+            "install it there (Linux: apt install rsync; macOS ships it), then run train.yml again")
 
 
 def staging_stale_lines(stale):
@@ -122,18 +135,34 @@ def staging_ssh_command(hostvars):
     return shlex.join(argv)
 
 
+def _is_local(hostvars):
+    """Whether Ansible runs on the controller itself for that host (make demo's inventory)."""
+    return hostvars.get("ansible_connection") == "local"
+
+
+def _address(hostvars):
+    return str(hostvars.get("ansible_host") or hostvars["inventory_hostname"])
+
+
 def staging_controller_argv(staged, rel, problems, hostvars, info):
     """The controller's rsync of input rel to the launch host (problems: what differs there;
     hostvars, info: its variables and cluster_host_info), over the ssh Ansible uses, or a local
     copy when Ansible runs there."""
     item = next(s for s in staged if s["rel"] == rel)
-    if hostvars.get("ansible_connection") == "local":  # the controller is the launch host
+    if _is_local(hostvars):  # the controller is the launch host
         dest = posixpath.join(info["work_dir"], rel)
     else:
-        address = str(hostvars.get("ansible_host") or hostvars["inventory_hostname"])
-        dest = f"{_host_word(address)}:{staging_remote_path(info, rel)}"
+        dest = f"{_host_word(_address(hostvars))}:{staging_remote_path(info, rel)}"
     return staging_rsync_argv(item["src"], dest, item["dir"], staging_ssh_command(hostvars),
                               problems)
+
+
+def staging_controller_commands(staged, stale, hostvars, info):
+    """The controller's rsyncs to the launch host of the inputs it lacks (stale: its fact
+    launch_stale), one after another (staging_transfer's sends)."""
+    return [{"item": {"host": hostvars["inventory_hostname"], "rel": rel, "from": "the controller"},
+             "argv": staging_controller_argv(staged, rel, problems, hostvars, info)}
+            for rel, problems in stale.items()]
 
 
 def staging_fanout_commands(staged, ranked_vars, hosts, launch_host):
@@ -151,26 +180,49 @@ def staging_fanout_commands(staged, ranked_vars, hosts, launch_host):
         for rel, problems in hv["launch_stale"].items() if host != launch_host else ():
             src = posixpath.join(infos[launch_host]["work_dir"], rel)
             dest = f"{_host_word(addresses[host])}:{staging_remote_path(infos[host], rel)}"
-            commands.append({"item": {"host": host, "rel": rel},
+            commands.append({"item": {"host": host, "rel": rel, "from": launch_host},
                              "argv": staging_rsync_argv(src, dest, is_dir[rel], rsh, problems)})
     return commands
 
 
-def staging_fanout_errors(results, launch_host):
-    """A message per failed transfer of the launch host's concurrent_commands run."""
-    return [f"{r['item']['host']}: sending {r['item']['rel']} from {launch_host} failed "
+def staging_transfer_errors(results):
+    """A message per failed transfer of staging_transfer's results."""
+    return [f"{r['item']['host']}: sending {r['item']['rel']} from {r['item']['from']} failed "
             f"(rsync exit {r['rc']}): {(r.get('stderr') or r.get('msg') or '').strip()[-500:]}"
             for r in results if r["rc"] != 0]
+
+
+def staging_watch_commands(ranked_vars, manifests, script):
+    """{host: {argv, totals}} for every ranked host that lacks inputs (its fact launch_stale):
+    the command the controller runs to read what arrived there (files/staging.py received, its
+    source `script`, with that host's Python, over the ssh Ansible uses) and each input's size,
+    for staging_transfer's progress."""
+    watch = {}
+    for hv in ranked_vars:
+        rels = list(hv["launch_stale"])
+        if not rels:
+            continue
+        info = hv["cluster_host_info"]
+        argv = [posixpath.join(info["python_env"], "bin", "python"), "-c", script, "received",
+                info["work_dir"], json.dumps(rels)]
+        if not _is_local(hv):
+            argv = [*shlex.split(staging_ssh_command(hv)), _address(hv), shlex.join(argv)]
+        watch[hv["inventory_hostname"]] = {
+            "argv": argv,
+            "totals": {rel: sum(entry[0] for entry in manifests[rel].values()) for rel in rels}}
+    return watch
 
 
 class FilterModule:
     def filters(self):
         return {
-            "staging_controller_argv": staging_controller_argv,
+            "staging_controller_commands": staging_controller_commands,
             "staging_fanout_commands": staging_fanout_commands,
-            "staging_fanout_errors": staging_fanout_errors,
+            "staging_transfer_errors": staging_transfer_errors,
+            "staging_watch_commands": staging_watch_commands,
             "staging_stale_lines": staging_stale_lines,
             "staging_record_errors": staging_record_errors,
+            "staging_rsync_error": staging_rsync_error,
             "staging_remote_path": staging_remote_path,
             "staging_rsync_argv": staging_rsync_argv,
             "staging_ssh_command": staging_ssh_command,

@@ -1,0 +1,134 @@
+"""Send the staged inputs (tasks/stage_inputs.yml) and show how far the transfers are.
+
+Ansible prints a task's result only when the task ends: gigabytes over a laptop's Wi-Fi would be
+minutes of silence. This action runs on the launch host's turn: first the controller's rsyncs to
+the launch host (`sends`, one after another, here on the controller), then the launch host's to
+the others (`fanout`: the concurrent_commands module there, all at once; not after a failed send).
+While a stage runs, every `interval` seconds it reads what arrived on each receiving host (`watch`:
+filter_plugins/staging.py staging_watch_commands) and prints a line per host and input: the bytes
+there of the input's size, the rate since the last reading and the time left. A stage shorter
+than the interval reads nothing. The results are concurrent_commands' (item, rc, stdout, stderr),
+one per transfer; the action never fails because a transfer did (staging_transfer_errors judges).
+"""
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from ansible.errors import AnsibleActionFail
+from ansible.module_utils.common.text.converters import to_text
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+MIB = 1 << 20
+
+
+def _duration(seconds):
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def progress_line(host, rel, source, done, total, rate=None):
+    """A line of a transfer's progress (rate: bytes a second since the last reading; None on
+    the first reading)."""
+    line = f"[{host}] {rel} from {source}: {done / MIB:.1f} of {total / MIB:.1f} MiB"
+    if rate is not None:
+        line += f", {rate / MIB:.1f} MiB/s"
+        if rate > 0:
+            line += f", {_duration(max(0, total - done) / rate)} left"
+    return line
+
+
+def _run(command):
+    """command's result on the controller, in concurrent_commands' shape."""
+    done = subprocess.run(command["argv"], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, check=False)
+    return {"item": command["item"], "cmd": command["argv"], "rc": done.returncode,
+            "stdout": done.stdout.rstrip("\n"), "stderr": done.stderr.rstrip("\n")}
+
+
+def _read(argv, timeout):
+    """{rel: bytes there} as the host's `staging.py received` printed it; None if it did not."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=timeout, check=False)
+        return json.loads(done.stdout) if done.returncode == 0 else None
+    except (subprocess.TimeoutExpired, ValueError):
+        return None
+
+
+class Progress:
+    """Reads the receiving hosts every interval seconds in a thread until stopped."""
+
+    def __init__(self, watch, source, interval):
+        self.watch, self.source, self.interval = watch, source, interval
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self):
+        if self.watch:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _loop(self):
+        before = {}
+        with ThreadPoolExecutor(max_workers=len(self.watch)) as pool:
+            while not self.stopped.wait(self.interval):
+                hosts = sorted(self.watch)
+                found = list(pool.map(lambda h: _read(self.watch[h]["argv"], self.interval),
+                                      hosts))
+                now = time.monotonic()
+                for host, received in zip(hosts, found, strict=True):
+                    for rel, total in self.watch[host]["totals"].items() if received else ():
+                        done = received.get(rel, 0)
+                        then = before.get((host, rel))
+                        rate = (done - then[1]) / (now - then[0]) if then else None
+                        before[host, rel] = (now, done)
+                        if not self.stopped.is_set():
+                            display.display(progress_line(host, rel, self.source, done, total,
+                                                          rate))
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = False  # it would send
+    _VALID_ARGS = frozenset(("sends", "fanout", "watch", "interval", "timeout"))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        host = task_vars["inventory_hostname"]
+        watch = args.get("watch") or {}
+        interval = float(args.get("interval", 5))
+        sends, fanout = args.get("sends") or [], args.get("fanout") or []
+        results = []
+        if sends:
+            if shutil.which(sends[0]["argv"][0]) is None:
+                raise AnsibleActionFail(
+                    f"{sends[0]['argv'][0]} is missing on the controller, which sends -e data and "
+                    "-e model to the hosts — macOS ships it (/usr/bin/rsync); on Linux: apt "
+                    "install rsync")
+            mine = {h: w for h, w in watch.items() if h == host}
+            with Progress(mine, "the controller", interval):
+                results += [_run(command) for command in sends]
+        if fanout and all(r["rc"] == 0 for r in results):
+            others = {h: w for h, w in watch.items() if h != host}
+            with Progress(others, host, interval):
+                ran = self._execute_module(
+                    module_name="concurrent_commands", task_vars=task_vars,
+                    module_args={"commands": fanout, "timeout": int(args.get("timeout", 86400))})
+            if ran.get("failed"):
+                raise AnsibleActionFail(f"the transfers from {host} did not run: "
+                                        f"{to_text(ran.get('msg'))}")
+            results += ran["results"]
+        result.update(changed=bool(results), results=results)
+        return result
