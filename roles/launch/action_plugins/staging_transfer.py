@@ -26,6 +26,9 @@ from ansible.utils.display import Display
 display = Display()
 
 MIB = 1 << 20
+# Seconds a reading may take (an ssh login and a Python start on a busy host); the stage's end
+# waits for the one under way.
+READ_TIMEOUT = 20
 
 
 def _duration(seconds):
@@ -84,7 +87,7 @@ class Progress:
         with ThreadPoolExecutor(max_workers=len(self.watch)) as pool:
             while not self.stopped.wait(self.interval):
                 hosts = sorted(self.watch)
-                found = list(pool.map(lambda h: _read(self.watch[h]["argv"], self.interval),
+                found = list(pool.map(lambda h: _read(self.watch[h]["argv"], READ_TIMEOUT),
                                       hosts))
                 now = time.monotonic()
                 for host, received in zip(hosts, found, strict=True):
