@@ -13,6 +13,7 @@ training again are printed for benchmarks/results/long_runs.md.
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -266,8 +267,16 @@ def test_ctrl_c_detaches_attach_follows_stop_checkpoints(vc, tmp_path):
     assert "run detached is running" in failure_message(second)
     assert "-e attach=detached" in failure_message(second)
 
-    status, _ = train(vc, tmp_path, "status", status=True)
-    assert "detached  running" in status.stdout
+    # Its row and one row per rank, from every host's heartbeat; the same as JSON for scripts.
+    status, _ = train(vc, tmp_path, "status", status="detached")
+    # (rank 0 writes a checkpoint every 100 steps: a rank may be checkpointing; the ETA a time)
+    assert re.search(r"detached +running \(.+\) +\d+/200000 +\d", status.stdout)
+    assert re.search(r"RANK +HOST +PHASE +STEP +HEARTBEAT", status.stdout)
+    [row] = json.loads((tmp_path / "runs" / "status.json").read_text())
+    assert [r["rank"] for r in row["ranks"]] == [0, 1, 2, 3]
+    assert {r["host"] for r in row["ranks"]} == {h.name for h in vc.hosts}
+    assert all(r["phase"] in ("training", "checkpointing") and r["age"] < STALL
+               for r in row["ranks"]), row
 
     # Each play gets its own runner directory: ansible-runner keeps a directory's extra vars.
     stop, out = train(vc, tmp_path / "stop", "detached", stop="detached")

@@ -404,6 +404,8 @@ def test_good_request_has_no_errors():
      ({"run_name": "my run"}, "run_name: 'my run' is not a plain directory name"),
      ({"attach": "my-run\n"}, "attach: 'my-run\\n' is not a run name"),
      ({"stop": "a\nb"}, "stop: 'a\\nb' is not a run name"),
+     ({"status": "a b"}, "status: 'a b' is not true, false or a run name"),
+     ({"status": "r1", "stop": "r1"}, "attach, stop and status: give one of them at a time"),
      # A huge value: named with its length, never echoed (one line, no traceback).
      ({"model": "m" * 100_000}, "model: 100000 characters, more than a value can have (4096)"),
      ({"run_name": "r" * 5000}, "run_name: 5000 characters, more than a value can have"),
@@ -784,3 +786,60 @@ def test_a_missing_hostfile_is_named_and_mlx_launch_matters_only_for_ring():
                                        [], [], None)
     assert errors == ["/w/hostfile is missing on a (cat: x: No such file) — run ansible-playbook "
                       "setup.yml (with the same inventory) before train.yml"]
+
+
+# ---------------------------------------------------------------- -e status=...
+
+
+def status_row(run, state, last_step, steps, step_seconds=None, **more):
+    """A row of supervisor.py status --json, as it records a job in job.json."""
+    return {"run": run, "state": state, "reason": None, "last_step": last_step, "steps": steps,
+            "step_seconds": step_seconds, "restarts": [], "phases": {}, **more}
+
+
+def test_status_is_true_or_a_run_name():
+    assert request(status="true")["status"] is True
+    assert request()["status"] is False
+    assert request(status="r1")["status"] == "r1"
+    assert launch.launch_request_errors({"status": "r1"}, CLUSTER) == []
+
+
+def test_status_table_has_a_row_per_run_aligned_with_the_eta_of_the_steps_left():
+    runs = [status_row("mlp-20261126-0900", "finished", 200, 200, 0.5, reason="completed"),
+            status_row("gpt", "running", 40, 1000, 2.5, phases={"0": "evaluating"},
+                       restarts=[{"reason": "stalled"}]),
+            status_row("new", "starting", None, None)]
+    assert launch.launch_status_table(runs) == [
+        "RUN                STATE                 STEP     ETA      RESTARTS  REASON",
+        "mlp-20261126-0900  finished              200/200  -        0         completed",
+        "gpt                running (evaluating)  40/1000  40m 00s  1",
+        "new                starting              0/?      -        0"]
+    assert launch.launch_status_table([]) == ["no runs yet"]
+
+
+def test_status_of_a_run_has_a_row_per_rank_and_says_which_has_no_heartbeat():
+    ranks = [{"rank": 0, "host": "mac1", "reached": True, "phase": "training", "step": 40,
+              "age": 0.4},
+             {"rank": 1, "host": "mac1", "reached": True, "phase": None, "step": None,
+              "age": None},
+             {"rank": 2, "host": "mac2", "reached": False, "phase": None, "step": None,
+              "age": None},
+             {"rank": 10, "host": "mac3", "reached": True, "phase": "training", "step": 39,
+              "age": 12.6}]
+    lines = launch.launch_status_table([status_row("gpt", "running", 40, 100, 30, ranks=ranks)],
+                                       "gpt")
+    assert lines[1] == "gpt  running  40/100  30m 00s  0"
+    assert lines[2:] == ["",
+                         "RANK  HOST  PHASE     STEP  HEARTBEAT",
+                         "0     mac1  training  40    0 s ago",
+                         "1     mac1  -         -     no heartbeat",
+                         "2     mac2  -         -     host unreachable",
+                         "10    mac3  training  39    13 s ago"]
+    assert launch.launch_status_table([], "nope") == ["there is no run nope — see -e status=true"]
+
+
+@pytest.mark.parametrize(("seconds", "shown"),
+                         [(0.4, "0 s"), (59, "59 s"), (60, "1m 00s"), (3599, "59m 59s"),
+                          (3600, "1h 00m"), (200 * 3600 + 61, "200h 01m")])
+def test_durations(seconds, shown):
+    assert launch._duration(seconds) == shown

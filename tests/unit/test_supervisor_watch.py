@@ -143,3 +143,20 @@ def test_a_heartbeat_is_this_launchs_by_its_own_hosts_clock(tmp_path):
     assert not sup.this_launch(beats[0], 0) and not sup.this_launch(beats[0], -90)
     assert sup.this_launch(beats[0], -120)  # the host's clock 2 minutes behind
     assert not sup.this_launch(None, 0)
+
+
+def test_status_of_a_run_reads_each_ranks_heartbeat_on_its_host(tmp_path):
+    """status --run: each rank of the plan with its heartbeat's phase, step and age; a rank
+    without one, and a host ssh cannot reach (a name that does not resolve), said as such."""
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    plan = [{"rank": r, "host": h, "address": a, "run_dir": str(run)}
+            for r, h, a in [(0, "h0", "local"), (1, "h0", "local"), (2, "h1", "h1.invalid")]]
+    written = beat("training", step=12, time=supervisor.time.time() - 3)
+    (run / "logs" / "rank.0.heartbeat").write_text(json.dumps(written))
+    ranks = supervisor.rank_beats(plan)
+    assert 3 <= ranks[0].pop("age") < 5
+    assert ranks == [
+        {"rank": 0, "host": "h0", "reached": True, "phase": "training", "step": 12},
+        {"rank": 1, "host": "h0", "reached": True, "phase": None, "step": None, "age": None},
+        {"rank": 2, "host": "h1", "reached": False, "phase": None, "step": None, "age": None}]

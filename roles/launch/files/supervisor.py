@@ -3,7 +3,7 @@
 
     supervisor.py start  --run-dir DIR --lock FILE [options]   # daemonizes, prints "started PID"
     supervisor.py stop   --run-dir DIR [--reason user] [--stop-grace S]
-    supervisor.py status --runs-dir RUNS [--json]
+    supervisor.py status --runs-dir RUNS [--json] [--run NAME]
     supervisor.py check  [options]   # the job's options settled as JSON, or the first one's error
 
 `start` leaves a keeper (the PID it prints) whose child, the supervisor, owns the job; a
@@ -228,6 +228,14 @@ def beat_file(host):
     return Path(host["run_dir"]) / "logs" / f"rank.{host['rank']}.heartbeat"
 
 
+def by_address(hosts):
+    """The rank plan's hosts by ssh address ("local": this host)."""
+    found = {}
+    for h in hosts:
+        found.setdefault(h["address"], []).append(h)
+    return found
+
+
 def read_host(address, files):
     """([each heartbeat file's JSON, or None], {pid: ps state}, seconds the host's clock is
     ahead of this one's) from a host, or None when ssh cannot reach it."""
@@ -401,6 +409,7 @@ class Supervisor:
                         "launcher_pid": None, "launcher_start": None, "launched_at": None,
                         "log_offset": 0, "state": "starting", "reason": None, "restarts": [],
                         "last_step": None, "last_step_time": None, "steps": None,
+                        "step_seconds": None,
                         "checkpoint_step": None, "started": time.time(), "ended": None,
                         "exit_status": None, "suspect": None, "rank_hosts": self.hosts,
                         "left_out": [], "phases": {}}
@@ -637,7 +646,7 @@ class Supervisor:
         now = self.read_at = time.monotonic()
         remote = now >= self.remote_at
         self.remote_at = now + REMOTE_EVERY if remote else self.remote_at
-        for address, hosts in self.by_address().items():
+        for address, hosts in by_address(self.hosts).items():
             if address == "local":
                 beats, ahead = [read_json(beat_file(h)) for h in hosts], 0.0
             elif not remote or not (read := read_host(address, [beat_file(h) for h in hosts])):
@@ -662,7 +671,8 @@ class Supervisor:
             self.samples = [*self.samples[-99:], (beat["time"] - previous["time"])
                             / (beat["step"] - previous["step"])]
         changes = {"last_step": beat["step"], "last_step_time": beat["time"],
-                   "steps": beat.get("steps", self.job["steps"])}
+                   "steps": beat.get("steps", self.job["steps"]),  # and the ETA of status:
+                   "step_seconds": statistics.median(self.samples) if self.samples else None}
         if self.job["state"] == "starting":
             changes["state"] = "running"
         # Past the checkpoint it resumed from: a fast job may finish before a second beat is read.
@@ -676,13 +686,6 @@ class Supervisor:
             restart["resumed_at"] = beat["time"]
             log(f"training again at step {beat['step']}")
         self.update(**changes)
-
-    def by_address(self):
-        """The rank plan's hosts by ssh address ("local": this host)."""
-        found = {}
-        for h in self.hosts:
-            found.setdefault(h["address"], []).append(h)
-        return found
 
     def stall_timeout(self):
         """--stall-timeout, or auto: max(60 s, 20 x the median step time)."""
@@ -748,7 +751,7 @@ class Supervisor:
         state of its process; evidence, strongest first: host unreachable, process stopped
         (state T) or gone, no heartbeat since this launch, lowest step."""
         evidence = []  # (strength, -step, rank, why)
-        for address, hosts in self.by_address().items():
+        for address, hosts in by_address(self.hosts).items():
             read = read_host(address, [beat_file(h) for h in hosts])
             if read is None:
                 evidence += [(4, 0, h["rank"], f"host {address} unreachable over ssh")
@@ -989,16 +992,36 @@ def state_of(job):
     return "lost", "its supervisor is gone"
 
 
+def rank_beats(rank_plan):
+    """Each rank's heartbeat as its host has it: [{"rank", "host", "reached" (false: ssh could
+    not reach the host), "phase", "step", "age" (seconds since it was written, by its host's
+    clock)}], phase, step and age None without one."""
+    ranks = []
+    for address, hosts in by_address(rank_plan).items():
+        files = [beat_file(h) for h in hosts]
+        read = ([read_json(f) for f in files], {}, 0.0) if address == "local" else (
+            read_host(address, files))
+        beats, _, ahead = read or ([None] * len(hosts), {}, 0.0)
+        for h, beat in zip(hosts, beats, strict=True):
+            beat = beat or {}
+            age = time.time() + ahead - beat["time"] if "time" in beat else None
+            ranks.append({"rank": h["rank"], "host": h["host"], "reached": read is not None,
+                          "phase": beat.get("phase"), "step": beat.get("step"),
+                          "age": None if age is None else round(max(age, 0.0), 1)})
+    return sorted(ranks, key=lambda r: r["rank"])
+
+
 def status(args):
     rows = []
     found = args.runs_dir.iterdir() if args.runs_dir.is_dir() else []  # no run yet
-    for run_dir in sorted(p for p in found if p.is_dir()):
+    for run_dir in sorted(p for p in found if p.is_dir() and args.run in (None, p.name)):
         job = read_json(run_dir / "job.json")
         if job:
             state, reason = state_of(job)
             # A lost job whose launcher runs on still holds its hosts: no other job starts.
             rows.append({**job, "state": state, "reason": reason,
-                         "launcher_running": running(job, "launcher")})
+                         "launcher_running": running(job, "launcher")}
+                        | ({"ranks": rank_beats(job["rank_hosts"])} if args.run else {}))
     if args.json:
         print(json.dumps(rows, indent=1))
     for job in [] if args.json else rows:
@@ -1111,6 +1134,8 @@ def parser():
     s = sub.add_parser("status", help="one line per run: name, state, step/steps, restarts, reason")
     s.add_argument("--runs-dir", type=Path, required=True)
     s.add_argument("--json", action="store_true")
+    s.add_argument("--run", metavar="NAME", help="only this run; with --json, each rank's "
+                   "heartbeat too (its host, phase, step and age; other hosts' over ssh)")
     s.set_defaults(func=status)
     s = sub.add_parser("check", help="the job's options (start's) settled with their defaults, "
                        "as JSON; starts nothing")

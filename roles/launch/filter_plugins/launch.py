@@ -99,15 +99,16 @@ def launch_request(spec, values):
     """The request: {option: the value given with -e, else the spec's default, else None}.
 
     spec: the `request` options of meta/argument_specs.yml; values: the extra vars in that order.
-    A bool option given as text ("true", "no") becomes a bool; a bad value is left for
-    launch_request_errors to name. `data` and a `model` directory are the controller's paths:
-    `~` and relative paths are resolved here, where the user typed them (zsh leaves the `~` of
-    `-e data=~/x` alone, and Ansible would look for a relative path in the role's files/).
+    A bool option given as text ("true", "no") becomes a bool, and so does status given as one
+    (else it names a run); a bad value is left for launch_request_errors to name. `data` and a
+    `model` directory are the controller's paths: `~` and relative paths are resolved here,
+    where the user typed them (zsh leaves the `~` of `-e data=~/x` alone, and Ansible would look
+    for a relative path in the role's files/).
     """
     request = {}
     for (name, option), value in zip(spec.items(), values, strict=True):
         value = value if _given(value) else option.get("default")
-        if option.get("type") == "bool" and _bool(value) is not None:
+        if (option.get("type") == "bool" or name == "status") and _bool(value) is not None:
             value = _bool(value)
         if isinstance(value, str) and not value.startswith("-") and (
                 name == "data" or name == "model" and _looks_like_path(value)):
@@ -191,17 +192,21 @@ def launch_request_errors(request, hosts, topology="bridge"):
         if _given(value) and _int(value, minimum, maximum) is None:
             errors.append(f"{name}: {_shown(value)} is not an integer from {minimum} to "
                           f"{maximum} — e.g. -e {name}={max(minimum, 1)}0")
-    for name in ("resume", "status", "elastic"):
+    for name in ("resume", "elastic"):
         if _given(request.get(name)) and _bool(request[name]) is None:
             errors.append(f"{name}: {_shown(request[name])} is not true or false — e.g. "
                           f"-e {name}=true")
     errors += _supervisor_errors(request)
     runs = [n for n in ("attach", "stop") if _given(request.get(n))]
+    status = request.get("status")
+    if _given(status) and _bool(status) is None and not RUN_NAME.fullmatch(str(status)):
+        errors.append(f"status: {_shown(status)} is not true, false or a run name — e.g. "
+                      "-e status=true")
     for name in runs:
         if not RUN_NAME.fullmatch(str(request[name])):
             errors.append(f"{name}: {_shown(request[name])} is not a run name — see "
                           "-e status=true")
-    if len(runs) + bool(_bool(request.get("status"))) > 1:
+    if len(runs) + (_given(status) and _bool(status) is not False) > 1:
         errors.append("attach, stop and status: give one of them at a time — e.g. "
                       "-e stop=<run> alone")
     run_name = request.get("run_name")
@@ -679,6 +684,51 @@ def launch_outcome(summary, job, run_dir, error=None):
             "error": error or None, "results": str(run_dir)}
 
 
+def _table(header, rows):
+    """Lines of a table: header and rows of cells, each column as wide as its widest cell."""
+    widths = [max(len(str(cells[i])) for cells in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(f"{cell!s:<{width}}" for cell, width in zip(cells, widths, strict=True))
+            .rstrip() for cells in [header, *rows]]
+
+
+def _duration(seconds):
+    """4 s, 12m 05s, 3h 20m."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds // 60 % 60:02d}m"
+
+
+def _eta(job):
+    """The time the steps left take at the median step time, while the job runs."""
+    if job["state"] not in ("starting", "running") or not job.get("step_seconds") or (
+            not job["steps"]):
+        return "-"
+    return _duration((job["steps"] - (job["last_step"] or 0)) * job["step_seconds"])
+
+
+def launch_status_table(runs, run=None):
+    """supervisor.py status --json as the terminal shows it: one row per run (state, step/steps,
+    ETA, restarts, reason); with run (status --run), that run's row, then one row per rank (host,
+    phase, step, seconds since its heartbeat)."""
+    if not runs:
+        return [f"there is no run {run} — see -e status=true" if run else "no runs yet"]
+    lines = _table(["RUN", "STATE", "STEP", "ETA", "RESTARTS", "REASON"], [
+        [job["run"], job["state"] + ("" if job["state"] in (*supervisor.TERMINAL, "lost")
+                                     else supervisor.phases_text(job.get("phases") or {})),
+         f"{job['last_step'] or 0}/{job['steps'] or '?'}", _eta(job), len(job["restarts"]),
+         job["reason"] or ""] for job in runs])
+    if run:
+        lines += [""] + _table(["RANK", "HOST", "PHASE", "STEP", "HEARTBEAT"], [
+            [r["rank"], r["host"], r["phase"] or "-", "-" if r["step"] is None else r["step"],
+             f"{r['age']:.0f} s ago" if r["age"] is not None
+             else "no heartbeat" if r["reached"] else "host unreachable"]
+            for r in runs[0]["ranks"]])
+    return lines
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -698,6 +748,7 @@ class FilterModule:
             "launch_mlx_argv": launch_mlx_argv,
             "launch_run_name": launch_run_name,
             "launch_shell_command": launch_shell_command,
+            "launch_status_table": launch_status_table,
             "launch_summary_lines": launch_summary_lines,
             "launch_supervisor_args": launch_supervisor_args,
             "launch_supervisor_settings": launch_supervisor_settings,
