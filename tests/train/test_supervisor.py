@@ -417,9 +417,14 @@ def test_stop_of_a_job_whose_keeper_and_supervisor_died_is_graceful(jobs):
     before = job.wait_step(50)
     for pid in (job.pid, before["supervisor_pid"]):
         os.kill(pid, signal.SIGKILL)
-    [row] = json.loads(supervisor("status", "--runs-dir", job.dir.parent, "--json").stdout)
+    [row] = json.loads(supervisor("status", "--runs-dir", job.dir.parent, "--json", "--run",
+                                  job.name).stdout)
     assert (row["state"], row["reason"], row["launcher_running"]) == (
         "lost", "its supervisor is gone", True)
+    # Its ranks beat on: status --run reads each one's heartbeat.
+    assert [(r["rank"], r["host"], r["reached"]) for r in row["ranks"]] == [
+        (0, "h0", True), (1, "h1", True)]
+    assert all(r["step"] is not None and r["age"] < 5 for r in row["ranks"]), row["ranks"]
     host = [{"item": "hostfile", "rc": 0}, {"item": "mlx_launch", "rc": 0}]
     [refused] = launch.launch_host_errors(host, "h0", "/h", [], [row])  # preflight's judgment
     assert refused.startswith(f"run {job.name} is lost (its supervisor is gone) but its launcher")
