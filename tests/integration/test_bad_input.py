@@ -165,6 +165,10 @@ ROWS = [
             "width 1e9"),
     request({"time_limit": "1000000000"}, "time_limit: '1000000000' is not an integer from 1 "
             "to 31536000", "time limit of 31 years"),
+    request({"notify": " "}, "notify: ' ' is an empty command — e.g. -e notify='ntfy publish",
+            "empty notify"),
+    request({"notify": "curl -d 'done"}, "notify: \"curl -d 'done\" cannot be split like a shell "
+            "would (No closing quotation)", "notify with an unbalanced quote"),
     # Near misses of an option that Ansible would keep as variables nothing reads.
     request({"epochs": "3"}, "epochs: not a train.yml option — did you mean steps?", "epochs"),
     request({"restarts": "3"}, "restarts: not a train.yml option — did you mean max_restarts?",

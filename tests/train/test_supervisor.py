@@ -3,6 +3,7 @@ the real mpirun, launched as train.yml launches them (command.sh in the run dire
 `cd <work dir> && exec python -m train --out <work dir>/runs/<name> ...`). Faults are real
 signals; every test ends with no process of its job left, also when it fails."""
 
+import contextlib
 import itertools
 import json
 import os
@@ -369,6 +370,94 @@ def test_a_non_zero_exit_or_a_cut_summary_is_never_completed(jobs):
         ends.append(job.wait_end(30))
     assert [(end["state"], end["reason"], end["exit_status"]) for end in ends] == [
         ("failed", "rank_failed", 1), ("failed", "summary_unreadable", 1)]
+
+
+# A notifier that records what it was told, one block per call, and fails.
+RECORDER = "env | grep ^MLX_CLUSTER_ | sort >>notified; echo >>notified; exit 1"
+# A stand-in launcher: rank 0's heartbeat at step 5 of 5, then a whole run.
+FINISHED = ("printf '{\"phase\": \"exiting\", \"step\": 5, \"steps\": 5, \"progress\": 0, "
+            "\"start\": 0, \"time\": %s, \"pid\": %s}' \"$(date +%s)\" $$ "
+            ">logs/rank.0.heartbeat\necho '{}' >summary.json\n")
+
+
+def notifications(run_dir, count, timeout=10):
+    """The MLX_CLUSTER_ variables of each of the count notifications RECORDER wrote, once
+    logs/notify.log says as many notifiers ended (they run detached: after the job, maybe)."""
+    deadline = time.monotonic() + timeout
+    while (run_dir / "logs" / "notify.log").read_text().count("the notifier exited") < count:
+        assert time.monotonic() < deadline, (run_dir / "logs" / "notify.log").read_text()
+        time.sleep(0.1)
+    blocks = (run_dir / "notified").read_text().split("\n\n")
+    return [dict(line.split("=", 1) for line in block.splitlines()) for block in blocks if block]
+
+
+def test_notify_tells_the_end_once_and_a_failing_notifier_changes_nothing(jobs):
+    job = jobs("notify")
+    (job.dir / "command.sh").write_text(FINISHED)
+    job.start("--notify", RECORDER)
+    done = job.wait_end(30)
+    assert (done["state"], done["reason"], done["exit_status"]) == ("finished", "completed", 0)
+    assert notifications(job.dir, 1) == [{
+        "MLX_CLUSTER_RUN": job.name, "MLX_CLUSTER_STATE": "finished",
+        "MLX_CLUSTER_REASON": "completed", "MLX_CLUSTER_STEP": "5", "MLX_CLUSTER_STEPS": "5",
+        "MLX_CLUSTER_MESSAGE": f"{job.name}: finished (completed) at step 5/5"}]
+    assert "the notifier exited with code 1" in (job.dir / "logs" / "notify.log").read_text()
+    assert job.log().count("notifying (") == 1 and "notifying (finished)" in job.log()
+
+
+def test_a_hanging_notifier_is_killed_after_its_bound_and_holds_nothing_up(jobs):
+    """The job ends and its lock is free while the notifier still runs; 3 s after its start (its
+    bound here) the notifier's whole process group is killed."""
+    job, after = jobs("hanging"), jobs("after")
+    (job.dir / "command.sh").write_text(FINISHED)
+    (after.dir / "command.sh").write_text("echo '{}' >summary.json\n")
+    notifier = job.dir / "notifier.pid"
+    job.start("--notify", f"echo $$ >{notifier}; sleep 600; echo never", "--notify-timeout", 3)
+    try:
+        done = job.wait_end(30)
+        assert (done["state"], done["reason"], done["exit_status"]) == ("finished", "completed", 0)
+        after.start()  # not refused: the notifier holds no lock
+        log = job.dir / "logs" / "notify.log"
+        job.wait(lambda _: notifier.exists() and notifier.read_text(), 5)
+        group = int(notifier.read_text())
+        assert alive(group) and "killed" not in log.read_text()  # nothing waited for it
+        assert after.wait_end(30)["state"] == "finished"
+        job.wait(lambda _: "killed" in log.read_text(), 10)
+        assert "the notifier was still running after 3 s: killed" in log.read_text()
+        left = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True)
+        assert [pid for pid in left.stdout.split() if alive(pid)] == []
+        assert "never" not in log.read_text().splitlines()
+    finally:
+        if notifier.exists():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(int(notifier.read_text()), signal.SIGKILL)
+
+
+def test_a_stall_is_told_with_its_suspect_and_then_the_end(tmp_path):
+    """A real Supervisor in this process (so below the CLI's least stall timeout, 10 s): a
+    stand-in rank beats once at step 3 and hangs; the stall is told, then the end (no restarts
+    left)."""
+    run_dir = tmp_path / "runs" / "stalled"
+    (run_dir / "logs").mkdir(parents=True)
+    beat = ('{"phase": "training", "step": 3, "steps": 10, "progress": 0, "start": 0, '
+            '"time": %s, "pid": %s}')
+    (run_dir / "command.sh").write_text(
+        f"printf '{beat}' \"$(date +%s)\" $$ >logs/rank.0.heartbeat\nexec sleep 60\n")
+    args = supervisor_module.parser().parse_args(
+        ["start", "--run-dir", str(run_dir), "--lock", str(tmp_path / "lock"), "--rank-hosts",
+         '[{"rank": 0, "host": "h0", "address": "local"}]', "--max-restarts", "0",
+         "--poll", "0.2", "--notify", RECORDER])
+    args.stall_timeout, args.stop_grace = 1, 1
+    term = signal.getsignal(signal.SIGTERM)
+    try:
+        assert supervisor_module.Supervisor(args, run_dir).run() == 1
+    finally:
+        signal.signal(signal.SIGTERM, term)
+    stalled, failed = notifications(run_dir, 2)
+    assert (stalled["MLX_CLUSTER_STATE"], stalled["MLX_CLUSTER_STEP"]) == ("stalled", "3")
+    assert stalled["MLX_CLUSTER_REASON"].startswith("rank 0's heartbeat not rewritten for ")
+    assert stalled["MLX_CLUSTER_REASON"].endswith("; suspect: rank 0 on h0: at step 3")
+    assert (failed["MLX_CLUSTER_STATE"], failed["MLX_CLUSTER_REASON"]) == ("failed", "stall")
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ def test_check_prints_the_jobs_options_settled_or_the_first_error_with_its_fix()
                           capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == {
         "time_limit": 86400, "stall_timeout": 600, "startup_timeout": 1800, "max_restarts": 2,
-        "restart_backoff": 10, "stop_grace": 120, "elastic": None}
+        "restart_backoff": 10, "stop_grace": 120, "elastic": None, "notify": None}
     bad = subprocess.run([sys.executable, path, "check", "--restart-backoff=0.5"],
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and bad.stderr.splitlines()[-1] == (

@@ -23,7 +23,8 @@ It watches every rank's heartbeat (logs/rank.N.heartbeat on its host: {"phase", 
   rank stop at one step with a checkpoint (train/ writes DIR/stopped.json); a job that has not
   stopped --stop-grace seconds later is killed;
 - a launcher still running --exit-grace seconds after DIR/summary.json is stopped (Open MPI 5
-  can hang after every rank finished, openpmix/prrte#1839) and the run counts as finished.
+  can hang after every rank finished, openpmix/prrte#1839) and the run counts as finished;
+- --notify's command runs at each stall and when the job ends (see notify()).
 State: DIR/job.json (replaced atomically; each process in it named by pid, start time and
 the host's boot id: a pid alone may name another process after a restart), DIR/exit_status
 when the job ends, and a timestamped account of everything it did in DIR/supervisor.log.
@@ -59,6 +60,7 @@ DAY, YEAR = 86400, 365 * 86400
 STOP_GRACE = 120  # seconds a stop gives the ranks to reach a step and checkpoint there
 KEEPER_RESTARTS = 5  # supervisors a keeper starts again within KEEPER_WINDOW s before it gives up
 KEEPER_WINDOW = 600
+NOTIFY_TIMEOUT = 30  # seconds a notifier may run; then its process group is killed
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
 # How Open MPI names a failed rank in the launcher's output (4.x and 5.x, which wraps lines).
 MPI_SIGNAL = re.compile(r"process\s+rank\s+(\d+)\s+with\s+PID\s+(\d+)\s+on\s+node\s+(\S+)\s+"
@@ -86,9 +88,9 @@ def failed_rank(text):
     return min(found)[1:] if found else None
 
 
-def log(message):
+def log(message, file=None):
     with contextlib.suppress(OSError):  # a full disk: a gap in the account, the job goes on
-        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}", flush=True)
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}", file=file, flush=True)
 
 
 def read_json(path):
@@ -221,6 +223,48 @@ def descendants(pid):
         found += below
         todo += below
     return found
+
+
+def notify(command, env, run_dir, timeout):
+    """Run a notifier, `sh -c command` in run_dir with env added to its environment, in a process
+    of its own (a double fork: nothing waits for it, and no zombie is left) that holds none of
+    the supervisor's files (the lock: a new job may start at once) and kills the notifier's
+    process group after timeout seconds. The job never waits for a notifier, and a failing one
+    is only a line of DIR/logs/notify.log, with the notifier's output."""
+    try:
+        child = os.fork()
+    except OSError as error:
+        log(f"could not run the notifier: {error}")
+        return
+    if child:
+        os.waitpid(child, 0)
+        return
+    code = 1
+    try:
+        os.setsid()  # out of the supervisor's session and process group
+        if os.fork() == 0:
+            notifier(command, env, run_dir, timeout)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def notifier(command, env, run_dir, timeout):
+    """The notifier's life, in notify()'s detached process."""
+    os.closerange(3, 1024)
+    with open(run_dir / "logs" / "notify.log", "a") as out:
+        log(f"{env['MLX_CLUSTER_MESSAGE']}: running {command}", out)
+        proc = subprocess.Popen(["sh", "-c", command], cwd=run_dir, env={**os.environ, **env},
+                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            log(f"the notifier was still running after {timeout:g} s: killed", out)
+        else:
+            log(f"the notifier exited with code {code}", out)
 
 
 def beat_file(host):
@@ -560,7 +604,21 @@ class Supervisor:
         self.write("exit_status", f"{code}\n")  # the launcher's last exit code
         log(f"job {state} ({reason}) at step {self.job['last_step']}; "
             f"{len(self.job['restarts'])} restart(s)")
+        self.notify(state, reason)
         return 0 if state != "failed" else 1
+
+    def notify(self, state, reason):
+        """Tell --notify's command: the run, its state, why and its last step, in its
+        environment; "stalled" is no end state (a restart may follow), the others are."""
+        if not self.args.notify:
+            return
+        step, steps = self.job["last_step"] or 0, self.job["steps"]
+        message = f"{self.job['run']}: {state} ({reason}) at step {step}/{steps or '?'}"
+        env = {"MLX_CLUSTER_RUN": self.job["run"], "MLX_CLUSTER_STATE": state,
+               "MLX_CLUSTER_REASON": reason, "MLX_CLUSTER_STEP": str(step),
+               "MLX_CLUSTER_STEPS": str(steps or ""), "MLX_CLUSTER_MESSAGE": message}
+        log(f"notifying ({state}): output in logs/notify.log")
+        notify(self.args.notify, env, self.dir, self.args.notify_timeout)
 
     # ------------------------------------------------------------------ one launch
 
@@ -734,6 +792,7 @@ class Supervisor:
         suspect, responsive = self.find_suspect()
         self.update(suspect=suspect)
         log(f"stall: {why} (last step {self.job['last_step']}); suspect: {suspect}")
+        self.notify("stalled", f"{why}; suspect: {suspect}")
         code = None
         if responsive:  # every process runs: a stop at the next step may still save a checkpoint
             log("every rank is responsive: asking for a graceful stop first")
@@ -1064,6 +1123,22 @@ def whole(flag, least, most, auto=False):
     return parse
 
 
+def command(flag):
+    """argparse type of a shell command: one a shell can split into words, else an error that
+    says so and how to fix it."""
+    def parse(text):
+        try:
+            words, why = shlex.split(text), "is an empty command"
+        except ValueError as error:
+            words, why = None, f"cannot be split like a shell would ({error})"
+        if not words:
+            raise argparse.ArgumentTypeError(
+                f"{shown(text)} {why} — e.g. {flag}='ntfy publish my-runs "
+                "\"$MLX_CLUSTER_MESSAGE\"', or leave it out")
+        return text
+    return parse
+
+
 def add_job_options(p):
     """The options of a job that train.yml's request sets, each with its one check and default."""
     p.add_argument("--time-limit", type=whole("--time-limit", 1, YEAR), default=DAY, metavar="S",
@@ -1091,6 +1166,11 @@ def add_job_options(p):
                    help='{"argv": the launcher\'s argv, '
                    '"batch_size": N or null}: on a restart, leave out hosts ssh cannot reach and '
                    "go on with the same global batch on the ranks left (mpirun only)")
+    p.add_argument("--notify", type=command("--notify"), metavar="COMMAND",
+                   help="at each stall and when the job ends, run `sh -c COMMAND` in DIR "
+                   "(output: DIR/logs/notify.log; killed after --notify-timeout s) with "
+                   "MLX_CLUSTER_RUN, _STATE (stalled, finished, stopped, failed), _REASON, _STEP, "
+                   "_STEPS and _MESSAGE in its environment; the job never waits for it")
 
 
 def settle(argv):
@@ -1122,6 +1202,8 @@ def parser():
     s.add_argument("--write-command", action="store_true", help="first write command.sh into "
                    "DIR from stdin (one step for train.yml: directories, command and start)")
     s.add_argument("--poll", type=seconds, default=1, metavar="S", help=argparse.SUPPRESS)
+    s.add_argument("--notify-timeout", type=seconds, default=NOTIFY_TIMEOUT, metavar="S",
+                   help="kill a notifier still running after S seconds (default: %(default)s)")
     s.set_defaults(func=start)
     s = sub.add_parser("stop", help="stop the job at a step with a checkpoint; exit 0 when "
                        "nothing of it is left")
