@@ -227,19 +227,21 @@ def read_config(path):
         fail(f"{path}: holds {shown(str(values))}, not settings by name (e.g. batch_size: 32)")
     flags = []
     for key, value in (values or {}).items():
-        if (key := str(key)) not in vars(DEFAULT):
+        key = str(key)
+        if key not in vars(DEFAULT):
             meant = spelling.meant(key, vars(DEFAULT))
-            fail(f"{path}: unknown setting {key!r}; " + (
-                f"did you mean {spelling.either(meant)}?" if meant
-                else f"settings: {', '.join(vars(DEFAULT))}"))
+            hint = (f"did you mean {spelling.either(meant)}?" if meant
+                    else f"settings: {', '.join(vars(DEFAULT))}")
+            fail(f"{path}: unknown setting {key!r}; {hint}")
+        if value is None:  # as if not given
+            continue
         switch = isinstance(getattr(DEFAULT, key), bool)  # a flag without a value: --resume
-        if value is not None and (switch != isinstance(value, bool)
-                                  or isinstance(value, dict | list)):
+        if switch != isinstance(value, bool) or isinstance(value, dict | list):
             wanted = "true or false" if switch else "one value (a number, name or path)"
             text = value if isinstance(value, str) else json.dumps(value, default=str)
             fail(f"{path}: {key}: {shown(text)} is not {wanted}")
         flag = "--" + key.replace("_", "-")
-        if value is not None and value is not False:  # None: as if not given
+        if value is not False:
             flags.append(flag if switch else f"{flag}={value}")
     p = parser()
     p.source = path
