@@ -175,6 +175,10 @@ ROWS = [
             "restarts"),
     request({"limit": "60"}, "limit: not a train.yml option — did you mean time_limit?",
             "limit"),
+    # A python -m train settings file (-e @run.yaml) with a flag train.yml sets itself.
+    request({"steps": 50, "out": "runs/mine"}, "out: python -m train's, not a train.yml option "
+            "— train.yml writes the run to runs/<run_name>/: give run_name instead",
+            "out in a settings file"),
     # Over cables (thunderbolt_topology: cables): what the cables cannot carry (topology.py:
     # cable_backend_errors), named with the cable to add.
     cabled_request(cabled(CHAIN), {"backend": "ring"},
@@ -324,8 +328,9 @@ def test_bad_input_is_refused_by_the_checks_before_any_host(monkeypatch, playboo
 
 
 # The rows that also run as real playbooks: one per check (the launcher's, python -m train's,
-# the inventory's); the extra vars as typed on a command line, where Ansible makes _raw_params.
-REAL = {"model typo": "-e model=mlpp",
+# the inventory's); the extra vars as typed on a command line, where Ansible makes _raw_params, or
+# as a file of them ({file}: the row's extra vars as YAML, what -e @run.yaml reads).
+REAL = {"model typo": "-e @{file}",
         "command split at its spaces": '-e "command=python -m mlx_lm lora --train"',
         "bridge0 as a cable port": None}
 REQUEST_CHECKS = {
@@ -340,7 +345,9 @@ def test_the_plays_check_before_they_contact_any_host(tmp_path, request, playboo
     path = tmp_path / "hosts.yml"
     path.write_text(yaml.safe_dump({"cluster": {"hosts": hosts}}, sort_keys=False))
     cmdline = REAL[request.node.callspec.id]
-    run = run_playbook(playbook, path, tmp_path / "runner", cmdline=cmdline,
+    (tmp_path / "run.yml").write_text(yaml.safe_dump(extra))
+    run = run_playbook(playbook, path, tmp_path / "runner",
+                       cmdline=cmdline and cmdline.replace("{file}", str(tmp_path / "run.yml")),
                        extravars=None if cmdline else extra)
 
     assert run.status == "failed"
