@@ -90,20 +90,7 @@ def summary(hosts, size_mib, rows):
             f"{both([r['floor'][0] for r in rows])} |")
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", default="3,4", help="cluster sizes, comma-separated")
-    parser.add_argument("--sizes", default="256,2048", help="input sizes in MiB")
-    parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args()
-    table = []
-    for hosts in map(int, args.hosts.split(",")):
-        with set_up_cluster(hosts=hosts, shape="bridge0=10gbit,en0=1gbit") as (vc, workdir):
-            sh(["tc", "qdisc", "replace", "dev", vc.mgmt_bridge, "root", *tbf_args("500mbit")])
-            for size_mib in map(int, args.sizes.split(",")):
-                rows = rounds_of(vc, workdir, size_mib, args.rounds)
-                table.append(summary(hosts, size_mib, rows))
-                print(table[-1], flush=True)
+def report(args, table):
     lines = [
         "# Staging -e model=DIR: time, the controller's bytes, a second launch",
         "",
@@ -128,6 +115,22 @@ def main():
         "cores, and the fan-out's ssh encryption there.",
     ]
     write_results(RESULTS, lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", default="3,4", help="cluster sizes, comma-separated")
+    parser.add_argument("--sizes", default="256,2048", help="input sizes in MiB")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    table = []
+    for hosts in map(int, args.hosts.split(",")):
+        with set_up_cluster(hosts=hosts, shape="bridge0=10gbit,en0=1gbit") as (vc, workdir):
+            sh(["tc", "qdisc", "replace", "dev", vc.mgmt_bridge, "root", *tbf_args("500mbit")])
+            for size_mib in map(int, args.sizes.split(",")):
+                rows = rounds_of(vc, workdir, size_mib, args.rounds)
+                table.append(summary(hosts, size_mib, rows))
+                report(args, table)  # each row as soon as it is measured
 
 
 if __name__ == "__main__":
