@@ -98,6 +98,11 @@ ROWS = [
     request({"model": "gpt"}, "dataset 'text' needs data PATH", "text without data"),
     request({"model": "./no-such-model"}, "no-such-model'; choices: mlp, cnn, gpt",
             "missing model directory"),
+    request({"model_source": "controller", "model": "gpt", "dataset": "text"},
+            "model_source: controller fetches a Hugging Face model (model=owner/name), not 'gpt'",
+            "model_source for a built-in"),
+    request({"model_source": "laptop"}, "model_source: 'laptop' is not one of launch_host, "
+            "controller", "model_source typo"),
     # Misspelt names: Ansible keeps any variable, nothing would read these.
     request({"batch-size": "32"}, "batch-size: not a train.yml option — did you mean "
             "batch_size?", "batch-size"),

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.hf_endpoint import Hub
 from tools.playbook import run_playbook
 from tools.wheelhouse import ensure_wheelhouse
 
@@ -27,6 +29,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 # mlp on digits: 64*128+128 + 128*128+128 + 128*10+10 float32 parameters.
 MLP_GRADIENT_BYTES = 26122 * 4
 START_TASK = "Start the job under its supervisor"
+HUB_REPO = "mlx-cluster-test/tiny-llm"
 JOB_PROCESS = re.compile(r"-m\0(train|mlx_lm)\0|orted|prted|prterun|mpirun|mlx\.launch")
 
 
@@ -421,6 +424,52 @@ def test_any_program_runs_under_the_launcher_and_lora_adapters_come_back(cluster
          str(out / "adapters"), "--prompt", "the cat", "--max-tokens", "3"],
         capture_output=True, text=True, timeout=300)
     assert generated.returncode == 0, generated.stderr[-3000:]
+    assert job_processes(vc) == {h.name: [] for h in vc.hosts}
+
+
+def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_recorded(
+        cluster, tmp_path, tiny_llm, monkeypatch):
+    """-e model=<Hugging Face id>, from a hub on the controller's network (HF_ENDPOINT, as for a
+    user's mirror): the launch host downloads each file once for the whole cluster and sends the
+    model on like a directory; every host holds a verified copy, the job fine-tunes it with LoRA
+    and job.json records the commit. After the hub's main branch moved on, a resume asks the hub
+    nothing, sends nothing again and trains on the recorded commit."""
+    vc = cluster
+    model, data = tiny_llm
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in model.iterdir()}
+    name = HUB_REPO.replace("/", "--")
+    job = {"model": HUB_REPO, "data": str(data), "eval_every": 0, "log_every": 1}
+    hub = Hub(vc.controller_ip)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    try:
+        commit = hub.publish(HUB_REPO, model)
+        first, out = train(vc, tmp_path, "hub", steps=2, **job)
+        assert first.status == "successful", first.stdout[-6000:]
+        assert hub.downloads() == dict.fromkeys(files, 1)
+        for host in vc.hosts:
+            copy = vc.run(host, f"cd mlx-cluster/models && sha256sum {name}/* && cat .{name}."
+                          "manifest.json", user=host.user).stdout.splitlines()
+            summed = dict(line.split()[::-1] for line in copy[:-1])
+            assert summed == {f"{name}/{f}": digest for f, digest in files.items()}, host.name
+            recorded = {f: entry[2] for f, entry in json.loads(copy[-1]).items()}
+            assert recorded == files, host.name
+        assert f"--model=models/{name}" in (out / "command.sh").read_text()
+        hub_model = {"repo": HUB_REPO, "revision": commit}
+        assert json.loads((out / "job.json").read_text())["hub_model"] == hub_model
+        moved = tmp_path / "moved"
+        shutil.copytree(model, moved)
+        (moved / "README.md").write_text("a newer commit\n")
+        hub.publish(HUB_REPO, moved)
+        hub.requests.clear()
+        second, out = train(vc, tmp_path, "hub", steps=4, resume=True, **job)
+        assert second.status == "successful", second.stdout[-6000:]
+        assert hub.requests == []
+        assert "sending it again" not in second.stdout
+    finally:
+        hub.close()
+    assert json.loads((out / "job.json").read_text())["hub_model"] == hub_model
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["steps"], summary["resumed_from_step"], summary["world_size"]) == (4, 2, 4)
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 

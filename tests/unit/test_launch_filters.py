@@ -596,6 +596,30 @@ def test_controller_paths_are_resolved_where_the_user_typed_them(tmp_path, monke
     assert request(data="-x")["data"] == "-x"
 
 
+@pytest.mark.parametrize(("model", "repo"), [
+    ("mlx-community/Qwen2.5-0.5B-Instruct-4bit", "mlx-community/Qwen2.5-0.5B-Instruct-4bit"),
+    ("./tiny", None), ("~/tiny", None), ("/abs/ann/tiny", None), ("../x/y", None),
+    ("a--b/c", None), ("a/b..c", None), ("gpt", None), ("a/b/c", None), ("ann/tiny\n", None),
+    (None, None),
+])
+def test_a_hub_model_is_a_repo_id_that_is_no_path(model, repo):
+    assert launch.launch_hub_repo(model) == repo
+
+
+def test_a_directory_named_like_a_repo_id_on_the_controller_is_a_path(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ann" / "tiny").mkdir(parents=True)
+    assert launch.launch_hub_repo(request(model="ann/tiny")["model"]) is None
+
+
+def test_the_model_sources_are_the_request_tables():
+    assert tuple(REQUEST_SPEC["model_source"]["choices"]) == launch.MODEL_SOURCES
+    assert REQUEST_SPEC["model_source"]["default"] == "launch_host"
+    errors = launch.launch_request_errors(request(model="ann/tiny", model_source="controller"),
+                                          [])
+    assert errors == []
+
+
 @pytest.mark.parametrize(
     ("name", "meant"),
     [("batch-size", "batch_size"), ("batchsize", "batch_size"), ("Batch_Size", "batch_size"),

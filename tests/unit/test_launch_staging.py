@@ -2,8 +2,10 @@
 lookup_plugins/staging_manifest.py, filter_plugins/staging.py (what differs, the transfers) and
 action_plugins/staging_transfer.py (their progress).
 The transfer itself over real ssh, and the bytes per interface, in
-tests/integration/test_train_playbook.py::test_inputs_are_sent_once_and_fanned_out_over_bridge0."""
+tests/integration/test_train_playbook.py::test_inputs_are_sent_once_and_fanned_out_over_bridge0;
+a Hugging Face model's fetch against a local hub (tests/integration/hf_endpoint.py)."""
 
+import json
 import os
 import re
 import shlex
@@ -15,12 +17,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.unit.plugins import load
+from tests.integration.hf_endpoint import Hub
+from tests.unit.plugins import ROOT, load
 
 script = load("roles/launch/files/staging.py")
 staging = load("roles/launch/filter_plugins/staging.py")
 transfer = load("roles/launch/action_plugins/staging_transfer.py")
 lookup = load("roles/launch/lookup_plugins/staging_manifest.py")
+SCRIPT = ROOT / "roles/launch/files/staging.py"
 
 
 @pytest.fixture
@@ -328,3 +332,80 @@ def test_a_host_without_rsync_is_named_with_the_fix():
     assert staging.staging_rsync_error({"item": "rsync", "rc": 0, "stdout": "rsync  version 3.2.7"},
                                        "h2") == ""
     assert staging.staging_rsync_error(None, "h2") == ""  # nothing staged: not asked
+
+
+def sized(manifest):
+    """A manifest's sizes and sha256, without the mtimes (a download's are its own)."""
+    return {name: (size, digest) for name, (size, _, digest) in manifest.items()}
+
+
+def test_a_hub_model_is_fetched_once_and_a_recorded_revision_again_without_asking_the_hub(
+        tmp_path, model):
+    """files/staging.py fetch, as train.yml runs it (a process of its own, HF_ENDPOINT in its
+    environment), against a local hub: each file is downloaded once; the branch asked again costs
+    one question and no file; the commit a run recorded is fetched from the cache, without a
+    request, after the branch moved on, and the branch then brings the new commit."""
+    hub = Hub("127.0.0.1")
+    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"),
+           "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+    def fetch(revision):
+        hub.requests.clear()
+        done = subprocess.run([sys.executable, str(SCRIPT), "fetch", str(tmp_path / "cache"),
+                               json.dumps({"repo": "ann/tiny", "revision": revision})],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    try:
+        first = hub.publish("ann/tiny", model)
+        got = fetch("")
+        assert got["revision"] == first and got["path"].endswith(f"/snapshots/{first}")
+        assert sized(got["manifest"]) == sized(script.manifest(str(model)))
+        assert hub.downloads() == {"config.json": 1, "sub/weights.bin": 1}
+        assert fetch("")["revision"] == first
+        assert [r[1] for r in hub.requests] == ["revision"]  # the branch's commit; no file
+        (model / "config.json").write_text('{"layers": 3}')
+        second = hub.publish("ann/tiny", model)
+        again = fetch(first)
+        assert (again["revision"], hub.requests) == (first, [])
+        assert again["manifest"] == got["manifest"]
+        assert fetch("")["revision"] == second and hub.downloads() == {"config.json": 1}
+    finally:
+        hub.close()
+
+
+def test_a_hub_model_is_staged_under_the_caches_spelling_of_its_id():
+    assert staging.staging_hub_rel("mlx-community/Qwen-4bit") == "models/mlx-community--Qwen-4bit"
+
+
+def test_a_resumed_run_fetches_the_revision_its_job_recorded_for_that_repo():
+    runs = [{"run": "a", "hub_model": {"repo": "ann/tiny", "revision": "c" * 40}},
+            {"run": "b", "hub_model": None}, {"run": "old"}]
+    assert staging.staging_hub_revision(runs, "a", "ann/tiny") == "c" * 40
+    assert staging.staging_hub_revision(runs, "a", "ann/other") == ""  # train refuses it
+    for run in ("b", "old", "missing"):
+        assert staging.staging_hub_revision(runs, run, "ann/tiny") == ""
+
+
+def test_the_launch_host_copies_a_model_it_fetched_from_its_cache_over_ansibles_ssh(tmp_path,
+                                                                                   model):
+    staged = [{"rel": "models/ann--tiny", "src": str(model), "dir": True, "hub": True,
+               "on_launch_host": True}]
+    hostvars = {"inventory_hostname": "h1", "ansible_host": "198.18.0.2", "ansible_user": "ann"}
+    argv = staging.staging_controller_argv(staged, "models/ann--tiny", ["not there"], hostvars,
+                                           info("h1"))
+    assert argv[:6] == ["ssh", "-o", "BatchMode=yes", "-l", "ann", "198.18.0.2"]
+    [remote] = argv[6:]
+    assert shlex.split(remote)[-2:] == [f"{model}/", "/home/h1/mlx-cluster/models/ann--tiny/"]
+    # Where Ansible runs on the launch host, the same rsync runs here.
+    work = tmp_path / "work"
+    (work / "models").mkdir(parents=True)
+    local = staging.staging_controller_argv(
+        staged, "models/ann--tiny", ["not there"],
+        {"inventory_hostname": "localhost", "ansible_connection": "local"},
+        {"home": str(tmp_path), "work_dir": str(work)})
+    assert local[0] == "rsync"
+    subprocess.run(local, check=True, capture_output=True)
+    copy = work / "models" / "ann--tiny"
+    assert script.manifest(str(copy)) == script.manifest(str(model))

@@ -3,7 +3,8 @@ mtime (whole seconds, what every rsync keeps) and sha256, {relative path: [size,
 
 train.yml keeps one beside each input it staged on a host (<work dir>/data/.<name>.manifest.json)
 and compares it with the controller's (lookup_plugins/staging_manifest.py runs this same code on
-the controller). Standard library only; on a host, with the environment's Python:
+the controller). Standard library only but for fetch (huggingface_hub, which mlx-lm brings); on a
+host, with the environment's Python:
 
     staging.py report WORK_DIR '["data/corpus.txt", ...]'   each input's manifest and its files'
                                                             size and mtime now (a stat, no read)
@@ -14,6 +15,11 @@ the controller). Standard library only; on a host, with the environment's Python
                                                             manifest and print it
     staging.py received WORK_DIR '["data/corpus.txt", ...]' during a transfer: the bytes of each
                                                             input there (its progress)
+    staging.py fetch CACHE_DIR '{"repo": "owner/name", "revision": ""}'
+                                                            a Hugging Face model: download it into
+                                                            this machine's Hugging Face cache and
+                                                            print its revision, snapshot path and
+                                                            manifest (CACHE_DIR: cached manifests)
 """
 
 import hashlib
@@ -84,6 +90,33 @@ def read(path):
             return json.load(f), os.fstat(f.fileno()).st_mtime
     except (OSError, ValueError):
         return None, 0.0
+
+
+def cached(path, cache):
+    """The manifest of path, kept in directory cache (0700, one file per path): the next call
+    reads again only the files that changed since."""
+    cache = os.path.expanduser(cache)
+    os.makedirs(cache, mode=0o700, exist_ok=True)
+    path = os.path.abspath(os.path.expanduser(str(path)).rstrip("/") or "/")
+    name = hashlib.sha256(path.encode()).hexdigest()[:32] + ".json"
+    return update(path, os.path.join(cache, name))
+
+
+def fetch(cache, hub):
+    """Download hub["repo"] at hub["revision"] (a commit, branch or tag; "" for the default branch)
+    with huggingface_hub's own snapshot_download, which honours HF_ENDPOINT, HF_HOME and
+    HF_HUB_OFFLINE and fetches only what its cache lacks (nothing for a commit it holds):
+    {revision: the commit, path: the snapshot (symlinks into the cache's blobs), manifest}."""
+    from huggingface_hub import constants, snapshot_download
+
+    try:
+        path = snapshot_download(hub["repo"], revision=hub["revision"] or None)
+    except Exception as error:  # the hub's own words: offline, no such repo or revision, ...
+        sys.exit(f"cannot fetch {hub['repo']} at {hub['revision'] or 'its default branch'} from "
+                 f"{constants.ENDPOINT}: {type(error).__name__}: {error} — check the repo id, the "
+                 "revision and this machine's network (train.yml's model_source picks the "
+                 "machine)")
+    return {"revision": os.path.basename(path), "path": path, "manifest": cached(path, cache)}
 
 
 def report(work_dir, rels):
@@ -184,5 +217,6 @@ def received(work_dir, rels):
 
 if __name__ == "__main__":
     action, work_dir, rels = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    actions = {"report": report, "prepare": prepare, "record": record, "received": received}
+    actions = {"report": report, "prepare": prepare, "record": record, "received": received,
+               "fetch": fetch}
     print(json.dumps(actions[action](work_dir, rels)))

@@ -456,7 +456,7 @@ class Supervisor:
                         "step_seconds": None,
                         "checkpoint_step": None, "started": time.time(), "ended": None,
                         "exit_status": None, "suspect": None, "rank_hosts": self.hosts,
-                        "left_out": [], "phases": {}}
+                        "left_out": [], "phases": {}, "hub_model": args.hub_model}
             self.t0 = time.monotonic()
         self.update()
 
@@ -1201,6 +1201,9 @@ def parser():
                    '"local" or an ssh address, "run_dir": optional}, ...] (default: rank 0, local)')
     s.add_argument("--write-command", action="store_true", help="first write command.sh into "
                    "DIR from stdin (one step for train.yml: directories, command and start)")
+    s.add_argument("--hub-model", type=json.loads, metavar="JSON", help='{"repo": the Hugging '
+                   'Face model, "revision": the commit train.yml staged}, kept in job.json: a '
+                   "resume stages the same weights")
     s.add_argument("--poll", type=seconds, default=1, metavar="S", help=argparse.SUPPRESS)
     s.add_argument("--notify-timeout", type=seconds, default=NOTIFY_TIMEOUT, metavar="S",
                    help="kill a notifier still running after S seconds (default: %(default)s)")

@@ -22,12 +22,14 @@ from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import l
 supervisor = load("roles/launch/files/supervisor.py")
 
 BACKENDS = ("mpi", "ring", "jaccl", "jaccl-ring")
+# Who fetches a Hugging Face model (tasks/stage_inputs.yml).
+MODEL_SOURCES = ("launch_host", "controller")
 # Backends mlx.launch starts (with a hosts.json): one rank per slot of the hostfile, no mpirun.
 MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")
 # Options the play itself reads; the supervisor's are its job options (their names and defaults,
 # supervisor.py's); every other request option is a `python -m train` flag.
 PLAY_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "follow_reconnect",
-                "attach", "stop", "status")
+                "attach", "stop", "status", "model_source")
 SUPERVISOR_OPTIONS = tuple(supervisor.settle([]))
 LAUNCHER_OPTIONS = PLAY_OPTIONS + SUPERVISOR_OPTIONS
 # python -m train's flags that train.yml sets itself, and what to do instead: a settings file
@@ -37,6 +39,9 @@ SET_BY_TRAIN_YML = {"out": "train.yml writes the run to runs/<run_name>/: give r
                                  "out",
                     "check": "train.yml runs the check itself: leave it out",
                     "config": "give train.yml the file itself: -e @run.yml"}
+# A Hugging Face repo id with its owner, as huggingface_hub's validate_repo_id takes it: each part
+# starts and ends with a letter or digit, and neither holds '--' nor '..'.
+HUB_REPO = re.compile(r"(?!.*(--|\.\.))\w(?:[\w.-]*\w)?/\w(?:[\w.-]*\w)?")
 # fullmatch: `$` alone would let a trailing line break through (it breaks command.sh).
 RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 # Characters of any one value: more is a slip (a pasted file), not a path or a command.
@@ -120,6 +125,14 @@ def launch_request(spec, values):
 def _looks_like_path(model):
     """A model given as a path rather than a built-in name or a Hugging Face repo id."""
     return model.startswith(("/", "~", ".")) or os.path.isdir(model)
+
+
+def launch_hub_repo(model):
+    """The Hugging Face repo id the request's model is (fetched once and staged: stage_inputs.yml),
+    or None: no model, a built-in, or a path on the controller."""
+    if isinstance(model, str) and HUB_REPO.fullmatch(model) and not _looks_like_path(model):
+        return model
+    return None
 
 
 def launch_unknown_options(names, spec):
@@ -224,6 +237,13 @@ def launch_request_errors(request, hosts, topology="bridge"):
         errors.append(f"backend: {backend} runs over RDMA between Macs cabled point to point, "
                       "with the Thunderbolt Bridge off — set thunderbolt_topology: cables "
                       "(docs/cabling.md) and run setup.yml, or use -e backend=ring or mpi")
+    source = request.get("model_source")
+    if _given(source) and source not in MODEL_SOURCES:
+        errors.append(f"model_source: {_shown(source)} is not one of {', '.join(MODEL_SOURCES)} — "
+                      "e.g. -e model_source=controller when the hosts are offline")
+    elif source == "controller" and not launch_hub_repo(request.get("model")):
+        errors.append("model_source: controller fetches a Hugging Face model (model=owner/name), "
+                      f"not {_shown(request.get('model'))} — leave model_source out")
     errors += _np_errors(request, hosts, backend or "mpi")
     if _bool(request.get("elastic")) and backend in MLX_LAUNCHED:
         errors.append("elastic: only the mpi backend can go on without a host — use "
@@ -738,6 +758,7 @@ class FilterModule:
             "launch_host_errors": launch_host_errors,
             "launch_mpi_options": launch_mpi_options,
             "launch_np": launch_np,
+            "launch_hub_repo": launch_hub_repo,
             "launch_path_name": launch_path_name,
             "launch_rank_hosts": launch_rank_hosts,
             "launch_rank_plan": launch_rank_plan,

@@ -4,7 +4,9 @@ network, all at once; a host whose copy matches the controller's manifest gets n
 (tasks/stage_inputs.yml, files/staging.py). Unit-tested in tests/unit/test_launch_staging.py.
 
 A staged input is {rel: its path under the work dir (data/<name>, models/<name>), src: the
-controller's path, dir: whether it is a directory}; a manifest {file: [size, mtime, sha256]}.
+controller's path, dir: whether it is a directory}; a manifest {file: [size, mtime, sha256]}. A
+Hugging Face model is fetched once, by the launch host (then its src is there: on_launch_host) or
+the controller, and staged like a directory.
 """
 
 import json
@@ -28,6 +30,20 @@ SHOWN_PROBLEMS = 3
 # recorded): rsync's quick check would skip it, so its transfer compares checksums (-c, also in
 # openrsync), reading that input whole on both ends.
 UNVERIFIED = "not verified"
+
+
+def staging_hub_rel(repo):
+    """Where a Hugging Face model is staged under the work dir: models/<owner>--<name>, the
+    cache's own spelling (a name holds no '--')."""
+    return "models/" + repo.replace("/", "--")
+
+
+def staging_hub_revision(runs, run, repo):
+    """The revision to fetch repo at: for a resumed run (run: its name; runs: the supervisor's
+    status of the cluster's runs), the commit its job.json records for that repo, so it trains on
+    the same weights whatever the hub has now; else "", the default branch as it is now."""
+    recorded = next((r.get("hub_model") for r in runs if r["run"] == run), None) or {}
+    return recorded["revision"] if recorded.get("repo") == repo else ""
 
 
 def _file_problems(expected, found):
@@ -147,20 +163,25 @@ def _address(hostvars):
 def staging_controller_argv(staged, rel, problems, hostvars, info):
     """The controller's rsync of input rel to the launch host (problems: what differs there;
     hostvars, info: its variables and cluster_host_info), over the ssh Ansible uses, or a local
-    copy when Ansible runs there."""
+    copy when Ansible runs there. A model the launch host fetched (on_launch_host: src is in its
+    Hugging Face cache) is copied there by an rsync the controller starts over that ssh."""
     item = next(s for s in staged if s["rel"] == rel)
-    if _is_local(hostvars):  # the controller is the launch host
-        dest = posixpath.join(info["work_dir"], rel)
-    else:
+    ssh = staging_ssh_command(hostvars)
+    local = _is_local(hostvars)  # the controller is the launch host
+    if not (local or item.get("on_launch_host")):
         dest = f"{_host_word(_address(hostvars))}:{staging_remote_path(info, rel)}"
-    return staging_rsync_argv(item["src"], dest, item["dir"], staging_ssh_command(hostvars),
+        return staging_rsync_argv(item["src"], dest, item["dir"], ssh, problems)
+    argv = staging_rsync_argv(item["src"], posixpath.join(info["work_dir"], rel), item["dir"], ssh,
                               problems)
+    return argv if local else [*shlex.split(ssh), _address(hostvars), shlex.join(argv)]
 
 
 def staging_controller_commands(staged, stale, hostvars, info):
     """The controller's rsyncs to the launch host of the inputs it lacks (stale: its fact
     launch_stale), one after another (staging_transfer's sends)."""
-    return [{"item": {"host": hostvars["inventory_hostname"], "rel": rel, "from": "the controller"},
+    source = {s["rel"]: "its Hugging Face cache" if s.get("on_launch_host") else "the controller"
+              for s in staged}
+    return [{"item": {"host": hostvars["inventory_hostname"], "rel": rel, "from": source[rel]},
              "argv": staging_controller_argv(staged, rel, problems, hostvars, info)}
             for rel, problems in stale.items()]
 
@@ -220,6 +241,8 @@ class FilterModule:
             "staging_fanout_commands": staging_fanout_commands,
             "staging_transfer_errors": staging_transfer_errors,
             "staging_watch_commands": staging_watch_commands,
+            "staging_hub_rel": staging_hub_rel,
+            "staging_hub_revision": staging_hub_revision,
             "staging_stale_lines": staging_stale_lines,
             "staging_record_errors": staging_record_errors,
             "staging_rsync_error": staging_rsync_error,

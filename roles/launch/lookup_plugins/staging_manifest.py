@@ -5,9 +5,6 @@ launch reads again only the files that changed since the last one (a stat of the
     {{ query('staging_manifest', launch_request.data, cache=launch_staging_cache) }}
 """
 
-import hashlib
-import os
-
 from ansible.plugins.lookup import LookupBase
 
 from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
@@ -33,11 +30,4 @@ staging = load("roles/launch/files/staging.py")
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, cache=None, **kwargs):
-        cache = os.path.expanduser(cache)
-        os.makedirs(cache, mode=0o700, exist_ok=True)
-        manifests = []
-        for term in terms:
-            path = os.path.abspath(os.path.expanduser(str(term)).rstrip("/") or "/")
-            name = hashlib.sha256(path.encode()).hexdigest()[:32] + ".json"
-            manifests.append(staging.update(path, os.path.join(cache, name)))
-        return manifests
+        return [staging.cached(term, cache) for term in terms]
