@@ -30,7 +30,8 @@ class Hub:
     def __init__(self, address):
         self.commits = {}  # commit -> {file: bytes}
         self.branches = {}  # (repo, branch) -> commit
-        self.requests = []  # (method, what: revision, tree or resolve, repo, rev, file or None)
+        # (method, what: revision, tree or resolve, repo, rev, file or None, the client's address)
+        self.requests = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer((address, 0), self.handler())
         self.url = f"http://{address}:{self.server.server_port}"
@@ -55,7 +56,7 @@ class Hub:
     def downloads(self):
         """{file: times its bytes were sent} (GETs of resolve)."""
         found = {}
-        for method, what, _, _, name in self.requests:
+        for method, what, _, _, name, _ in self.requests:
             if method == "GET" and what == "resolve":
                 found[name] = found.get(name, 0) + 1
         return found
@@ -83,7 +84,8 @@ class Hub:
                 repo, rev = match["repo"], match["rev"]
                 name = match.groupdict().get("file")
                 with hub.lock:
-                    hub.requests.append((self.command, what, repo, rev, name))
+                    hub.requests.append((self.command, what, repo, rev, name,
+                                         self.client_address[0]))
                     commit = hub.resolve(repo, rev)
                     files = hub.commits.get(commit, {})
                 if commit is None or (name is not None and name not in files):

@@ -433,7 +433,8 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
     user's mirror): the launch host downloads each file once for the whole cluster and sends the
     model on like a directory; every host holds a verified copy, the job fine-tunes it with LoRA
     and job.json records the commit. After the hub's main branch moved on, a resume asks the hub
-    nothing, sends nothing again and trains on the recorded commit."""
+    nothing, sends nothing again and trains on the recorded commit. With model_source: controller
+    (hosts offline) the controller fetches the new commit, once, and stages it."""
     vc = cluster
     model, data = tiny_llm
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in model.iterdir()}
@@ -446,6 +447,7 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
         first, out = train(vc, tmp_path, "hub", steps=2, **job)
         assert first.status == "successful", first.stdout[-6000:]
         assert hub.downloads() == dict.fromkeys(files, 1)
+        assert {r[-1] for r in hub.requests} == {vc.hosts[0].en0_ip}  # the launch host's
         for host in vc.hosts:
             copy = vc.run(host, f"cd mlx-cluster/models && sha256sum {name}/* && cat .{name}."
                           "manifest.json", user=host.user).stdout.splitlines()
@@ -459,15 +461,24 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
         moved = tmp_path / "moved"
         shutil.copytree(model, moved)
         (moved / "README.md").write_text("a newer commit\n")
-        hub.publish(HUB_REPO, moved)
+        moved_commit = hub.publish(HUB_REPO, moved)
         hub.requests.clear()
         second, out = train(vc, tmp_path, "hub", steps=4, resume=True, **job)
         assert second.status == "successful", second.stdout[-6000:]
         assert hub.requests == []
         assert "sending it again" not in second.stdout
+        assert json.loads((out / "job.json").read_text())["hub_model"] == hub_model
+        hub.requests.clear()
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "controller-hf"))
+        third, offline = train(vc, tmp_path, "hub-offline", steps=1, model_source="controller",
+                               **job)
+        assert third.status == "successful", third.stdout[-6000:]
+        assert {r[-1] for r in hub.requests} == {vc.controller_ip}
+        assert hub.downloads() == dict.fromkeys([*files, "README.md"], 1)
+        newer = json.loads((offline / "job.json").read_text())["hub_model"]
+        assert newer == {"repo": HUB_REPO, "revision": moved_commit}
     finally:
         hub.close()
-    assert json.loads((out / "job.json").read_text())["hub_model"] == hub_model
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["steps"], summary["resumed_from_step"], summary["world_size"]) == (4, 2, 4)
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
