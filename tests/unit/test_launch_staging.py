@@ -396,6 +396,10 @@ def test_the_launch_host_copies_a_model_it_fetched_from_its_cache_over_ansibles_
     argv = staging.staging_controller_argv(staged, "models/ann--tiny", ["not there"], hostvars,
                                            info("h1"))
     assert argv[:6] == ["ssh", "-o", "BatchMode=yes", "-l", "ann", "198.18.0.2"]
+    [send] = staging.staging_controller_commands(staged, {"models/ann--tiny": ["not there"]},
+                                                 hostvars, info("h1"))
+    assert send == {"item": {"host": "h1", "rel": "models/ann--tiny",
+                             "from": "its Hugging Face cache"}, "argv": argv}
     [remote] = argv[6:]
     assert shlex.split(remote)[-2:] == [f"{model}/", "/home/h1/mlx-cluster/models/ann--tiny/"]
     # Where Ansible runs on the launch host, the same rsync runs here.
