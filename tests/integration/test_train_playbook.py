@@ -373,17 +373,20 @@ def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
             launch, "find mlx-cluster/data -maxdepth 1 -name '.resumed.txt.*' -printf '%s\\n'",
             user=launch.user).stdout.split())
 
-    with vc.shaped("en0=16mbit", hosts=[launch]):
+    # Its output to a file: ssh's ControlPersist masters would hold a pipe open for a minute.
+    log = tmp_path / "interrupted.log"
+    with vc.shaped("en0=16mbit", hosts=[launch]), log.open("w") as output:
         play = subprocess.Popen(
             [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(vc.inventory),
              "train.yml", "-e", json.dumps(extravars)],
-            cwd=Path(__file__).resolve().parents[2], stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            cwd=Path(__file__).resolve().parents[2], stdin=subprocess.DEVNULL, stdout=output,
+            stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_for(lambda: arrived() > size // 2, 120, "half of the corpus on the launch host")
         finally:
             os.killpg(play.pid, signal.SIGINT)
-            interrupted = play.communicate(timeout=60)[0]
+            play.wait(timeout=60)
+    interrupted = log.read_text()
     kept = int(wait_for(lambda: vc.run(launch, "stat -c %s mlx-cluster/data/resumed.txt",
                                        user=launch.user, check=False).stdout, 10, "the partial"))
     assert size // 2 < kept < size, interrupted[-3000:]
