@@ -364,8 +364,8 @@ def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
     corpus.write_bytes(os.urandom(size))
     digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
     launch = vc.hosts[0]
-    extravars = {"launch_results_dir": str(tmp_path / "runs"), "run_name": "interrupted",
-                 "model": "gpt", "dataset": "text", "data": str(corpus), "steps": 4,
+    job = {"data": str(corpus), "command": "python -c pass"}  # a job that reads nothing: seconds
+    extravars = {"launch_results_dir": str(tmp_path / "runs"), "run_name": "interrupted", **job,
                  "launch_staging_progress_interval": 1}
 
     def arrived():
@@ -394,7 +394,10 @@ def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
                        r"([\d.]+) of 24\.0 MiB, ([\d.]+) MiB/s", interrupted)
     assert shown and 0 < max(float(rate) for _, rate in shown) < 3, interrupted[-3000:]
 
-    second, _, received = staged_launch(vc, tmp_path, "resumed", corpus)
+    before = rx_bytes(vc)
+    second, _ = train(vc, tmp_path, "resumed", **job)
+    assert second.status == "successful", second.stdout[-6000:]
+    received = {key: value - before[key] for key, value in rx_bytes(vc).items()}
     named = re.findall(r"\[(\S+)\][^\[]*?resumed\.txt has (\d+) bytes, (\d+) on the controller",
                        words(second.stdout))
     assert (launch.name, str(kept), str(size)) in named, second.stdout[-6000:]
