@@ -246,7 +246,11 @@ def test_ring_backend_completes_and_reports_a_killed_rank(cluster, tmp_path):
                                max_restarts=0)
     assert run.status == "failed"
     message = failure_message(run)
-    assert re.search(rf"rank [12] on {victim}: ", message), message
+    # mlx.launch reports only the first rank to end, then stops the others: a loaded machine may
+    # let a peer of the killed rank end first, on the error that it lost the connection, which
+    # the verdict's last lines then show (CI, under make test's two workers).
+    assert (re.search(rf"rank [12] on {victim}: ", message)
+            or "connection to a peer was lost" in message), message
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
