@@ -34,7 +34,8 @@ lint: venv
 	ruff check .
 	ansible-lint
 
-# Two workers: every virtual-cluster test in turn on one, the in-process tests on the other.
+# Two workers: the tests on the session's clusters in turn on one; the rest beside them on the
+# other (tests/conftest.py; docs/development.md).
 test: venv
 	pytest -n 2 --dist loadgroup
 
