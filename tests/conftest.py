@@ -11,8 +11,13 @@ import pytest
 
 from tools.vcluster import VirtualCluster
 
-# tests/integration/conftest.py's clusters, each built once per test run.
-SESSION_CLUSTERS = {"train_cluster", "cable_ring", "fresh_install"}
+# tests/integration/conftest.py's clusters, each built once per test run, and the pytest-xdist
+# group that runs every test on it (one worker of `make test`, which builds the cluster once).
+# Two groups of about 20 minutes each: the bridge clusters' tests on one worker; the cable ring's
+# and those that build clusters of their own on the other. The in-process tests (no group) go to
+# whichever worker is free.
+SESSION_CLUSTERS = {"train_cluster": "bridge-clusters", "fresh_install": "bridge-clusters",
+                    "cable_ring": "cable-and-own-clusters"}
 
 
 def cluster_unavailable() -> str | None:
@@ -30,11 +35,8 @@ def pytest_collection_modifyitems(items):
     reason = cluster_unavailable() if any("cluster" in i.keywords for i in items) else None
     for item in items:
         if "cluster" in item.keywords:
-            # `make test` (-n 2 --dist loadgroup): the tests on the session's clusters one after
-            # another on one worker, which builds each once; the tests that build clusters of
-            # their own and the in-process tests on the other.
-            shared = SESSION_CLUSTERS.intersection(item.fixturenames)
-            group = "session-clusters" if shared else "own-clusters"
+            shared = SESSION_CLUSTERS.keys() & set(item.fixturenames)
+            group = SESSION_CLUSTERS[shared.pop()] if shared else "cable-and-own-clusters"
             item.add_marker(pytest.mark.xdist_group(group))
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))

@@ -28,7 +28,7 @@ USER_CONFIG = "ServerAliveInterval 42\n\nHost userhost\n    User someone\n"
 STRICT = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5"]
 
 
-def session_cluster_here(tmp_path_factory):
+def session_cluster_here(tmp_path_factory, name):
     """Skip when clusters cannot be built here. Under `make test` (pytest-xdist) every test on
     a session cluster runs on one worker (tests/conftest.py), so each is built once: fail before
     building one on a second worker."""
@@ -37,18 +37,18 @@ def session_cluster_here(tmp_path_factory):
         pytest.skip(reason)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
-        mark = tmp_path_factory.getbasetemp().parent / "cluster-worker"  # shared by the workers
+        mark = tmp_path_factory.getbasetemp().parent / f"{name}-worker"  # shared by the workers
         with contextlib.suppress(FileExistsError), mark.open("x") as f:
             f.write(worker)
         assert mark.read_text() == worker, (
-            f"session-cluster tests run on {mark.read_text()} and {worker}: pytest-xdist's "
+            f"{name}'s tests run on {mark.read_text()} and {worker}: pytest-xdist's "
             "loadgroup did not group them (requirements.txt: pytest)")
 
 
 @pytest.fixture(scope="session")
 def train_cluster(tmp_path_factory):
     """3 hosts (slots 1, 2, 1: world size 4) after a green setup.yml."""
-    session_cluster_here(tmp_path_factory)
+    session_cluster_here(tmp_path_factory, "train_cluster")
     workdir = tmp_path_factory.mktemp("train-cluster")
     with VirtualCluster(
         hosts=3,
@@ -74,7 +74,7 @@ def cable_ring(tmp_path_factory):
     """3 hosts cabled in a ring (thunderbolt_topology: cables; no bridge0, one point-to-point
     link per cable, en2 and en3 on each host) after a --check --diff run of the thunderbolt role
     and a green setup.yml."""
-    session_cluster_here(tmp_path_factory)
+    session_cluster_here(tmp_path_factory, "cable_ring")
     workdir = tmp_path_factory.mktemp("cable-ring")
     with VirtualCluster(hosts=3, cables="ring", workdir=workdir / "vc",
                         extra_vars={"python_env_pip_extra_args": offline_pip_args()}) as vc:
@@ -103,7 +103,7 @@ def fresh_install(tmp_path_factory):
     """3 hosts, each with a login of its own that already had ~/.ssh files, set up from nothing:
     a reset of the mesh they never had, a --check --diff run, the fresh setup.yml and its re-run
     (the one full install from the wheelhouse, and its idempotence, that test_setup.py proves)."""
-    session_cluster_here(tmp_path_factory)
+    session_cluster_here(tmp_path_factory, "fresh_install")
     workdir = tmp_path_factory.mktemp("fresh-install")
     with VirtualCluster(hosts=3, distinct_users=True, workdir=workdir / "vc",
                         extra_vars={"python_env_pip_extra_args": offline_pip_args()}) as vc:
