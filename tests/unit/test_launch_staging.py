@@ -327,8 +327,8 @@ def test_a_host_without_rsync_is_named_with_the_fix():
                "msg": "cannot run rsync: [Errno 2] No such file or directory: 'rsync'"}
     assert staging.staging_rsync_error(missing, "h2") == (
         "h2 has no rsync (cannot run rsync: [Errno 2] No such file or directory: 'rsync'), which "
-        "-e data and -e model travel with — install it there (Linux: apt install rsync; macOS "
-        "ships it), then run train.yml again")
+        "-e data and -e model travel with — install it there (setup.yml --tags python_env does on "
+        "Linux; macOS ships it), then run train.yml again")
     assert staging.staging_rsync_error({"item": "rsync", "rc": 0, "stdout": "rsync  version 3.2.7"},
                                        "h2") == ""
     assert staging.staging_rsync_error(None, "h2") == ""  # nothing staged: not asked

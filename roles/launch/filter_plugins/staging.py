@@ -85,7 +85,8 @@ def staging_rsync_error(probed, host):
         return ""
     why = (probed.get("msg") or probed.get("stderr") or f"exit {probed['rc']}").strip()
     return (f"{host} has no rsync ({why[-200:]}), which -e data and -e model travel with — "
-            "install it there (Linux: apt install rsync; macOS ships it), then run train.yml again")
+            "install it there (setup.yml --tags python_env does on Linux; macOS ships it), "
+            "then run train.yml again")
 
 
 def staging_stale_lines(stale):
