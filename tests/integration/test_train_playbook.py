@@ -357,56 +357,99 @@ def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
-def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
-    """Ctrl-C of train.yml (SIGINT to its process group, as a terminal sends it) while the
-    controller sends a corpus over the launch host's slow en0: the launch host keeps what arrived
-    (rsync --partial) and the next launch sends only the rest; the play showed the transfer's
-    progress, and every copy is the controller's."""
-    vc = cluster
-    size = 24 << 20  # about 12 s at 16 Mbit/s (1.9 MiB/s)
-    corpus = tmp_path / "resumed.txt"
-    corpus.write_bytes(os.urandom(size))
-    digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
-    launch = vc.hosts[0]
-    job = {"data": str(corpus), "command": "python -c pass"}  # a job that reads nothing: seconds
-    extravars = {"launch_results_dir": str(tmp_path / "runs"), "run_name": "interrupted", **job,
-                 "launch_staging_progress_interval": 1}
-
-    def arrived():
-        return sum(int(n) for n in vc.run(
-            launch, "find mlx-cluster/data -maxdepth 1 -name '.resumed.txt.*' -printf '%s\\n'",
-            user=launch.user, check=False).stdout.split())  # no data/ before the transfer
-
-    # Its output to a file: ssh's ControlPersist masters would hold a pipe open for a minute.
-    log = tmp_path / "interrupted.log"
-    with vc.shaped("en0=16mbit", hosts=[launch]), log.open("w") as output:
+def interrupted_play(vc, log, extravars, until, what):
+    """train.yml with extravars, Ctrl-C'd (SIGINT to its process group, as a terminal sends it)
+    once until() holds; its output to log (ssh's ControlPersist masters would hold a pipe open for
+    a minute), returned."""
+    with log.open("w") as output:
         play = subprocess.Popen(
             [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(vc.inventory),
              "train.yml", "-e", json.dumps(extravars)],
             cwd=Path(__file__).resolve().parents[2], stdin=subprocess.DEVNULL, stdout=output,
             stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait_for(lambda: arrived() > size // 2, 120, "half of the corpus on the launch host")
+            wait_for(until, 120, what)
         finally:
             os.killpg(play.pid, signal.SIGINT)
             play.wait(timeout=60)
-    interrupted = log.read_text()
-    kept = int(wait_for(lambda: vc.run(launch, "stat -c %s mlx-cluster/data/resumed.txt",
-                                       user=launch.user, check=False).stdout, 10, "the partial"))
-    assert size // 2 < kept < size, interrupted[-3000:]
+    return log.read_text()
+
+
+def rsyncs(vc):
+    """{host: [cmdline]} of the rsync processes in each host's network namespace."""
+    found = {}
+    for host in vc.hosts:
+        found[host.name] = []
+        for pid in vc_pids(host.netns):
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except FileNotFoundError:
+                continue
+            if os.path.basename(argv[0]) == b"rsync":
+                found[host.name].append(b" ".join(argv).decode(errors="replace"))
+    return found
+
+
+def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
+    """Ctrl-C of train.yml while the controller sends a corpus over the launch host's slow en0:
+    the launch host keeps what arrived (rsync --partial) and the next launch sends only the rest;
+    the play showed the transfer's progress. That launch Ctrl-C'd in turn while the launch host
+    sends the corpus on over slow bridge0s: no rsync is left on any host, each kept what arrived,
+    and the third launch sends each only the rest. Every copy is then the controller's."""
+    vc = cluster
+    size = 24 << 20  # about 12 s at 16 Mbit/s (1.9 MiB/s)
+    corpus = tmp_path / "resumed.txt"
+    corpus.write_bytes(os.urandom(size))
+    digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
+    launch, others = vc.hosts[0], vc.hosts[1:]
+    job = {"data": str(corpus), "command": "python -c pass"}  # a job that reads nothing: seconds
+    extravars = {"launch_results_dir": str(tmp_path / "runs"), "run_name": "interrupted", **job,
+                 "launch_staging_progress_interval": 1}
+
+    def arrived(host):
+        return sum(int(n) for n in vc.run(
+            host, "find mlx-cluster/data -maxdepth 1 -name '.resumed.txt.*' -printf '%s\\n'",
+            user=host.user, check=False).stdout.split())  # no data/ before the transfer
+
+    def kept(host):
+        return int(wait_for(lambda: vc.run(host, "stat -c %s mlx-cluster/data/resumed.txt",
+                                           user=host.user, check=False).stdout, 10, "the partial"))
+
+    with vc.shaped("en0=16mbit", hosts=[launch]):
+        interrupted = interrupted_play(vc, tmp_path / "interrupted.log", extravars,
+                                       lambda: arrived(launch) > size // 2,
+                                       "half of the corpus on the launch host")
+    sent = kept(launch)
+    assert size // 2 < sent < size, interrupted[-3000:]
     shown = re.findall(rf"\[{launch.name}\] data/resumed\.txt from the controller: "
                        r"([\d.]+) of 24\.0 MiB, ([\d.]+) MiB/s", interrupted)
     assert shown and 0 < max(float(rate) for _, rate in shown) < 3, interrupted[-3000:]
 
     before = rx_bytes(vc)
-    second, _ = train(vc, tmp_path, "resumed", **job)
-    assert second.status == "successful", second.stdout[-6000:]
+    with vc.shaped("bridge0=16mbit", hosts=others):
+        fanned = interrupted_play(vc, tmp_path / "fanned.log", {**extravars, "run_name": "fanned"},
+                                  lambda: min(arrived(h) for h in others) > size // 2,
+                                  "half of the corpus on the other hosts")
+        received = {key: value - before[key] for key, value in rx_bytes(vc).items()}
+        # Ended with the play, not finished at the link's pace (6 s more).
+        wait_for(lambda: not any(rsyncs(vc).values()), 10, "no rsync on any host")
+    named = re.findall(r"\[(\S+)\][^\[]*?resumed\.txt has (\d+) bytes, (\d+) on the controller",
+                       words(fanned))
+    assert (launch.name, str(sent), str(size)) in named, fanned[-6000:]
+    # The rest, not the whole corpus, came to the launch host (with the launch's own traffic).
+    assert received[launch.name, "en0"] < size - sent + (2 << 20), (sent, received)
+    fanned_out = {h.name: kept(h) for h in others}
+    assert all(size // 2 < n < size for n in fanned_out.values()), (fanned_out, fanned[-3000:])
+
+    before = rx_bytes(vc)
+    third, _ = train(vc, tmp_path, "resumed", **job)
+    assert third.status == "successful", third.stdout[-6000:]
     received = {key: value - before[key] for key, value in rx_bytes(vc).items()}
     named = re.findall(r"\[(\S+)\][^\[]*?resumed\.txt has (\d+) bytes, (\d+) on the controller",
-                       words(second.stdout))
-    assert (launch.name, str(kept), str(size)) in named, second.stdout[-6000:]
-    # The rest, not the whole corpus, came to the launch host (with the launch's own traffic).
-    assert received[launch.name, "en0"] < size - kept + (2 << 20), (kept, received)
+                       words(third.stdout))
+    assert sorted(named) == sorted((h, str(n), str(size)) for h, n in fanned_out.items()), named
+    for host, n in fanned_out.items():  # the rest, from the launch host
+        assert received[host, "bridge0"] < size - n + (2 << 20), (fanned_out, received)
     assert {h: copy[0] for h, copy in copies(vc, "resumed.txt").items()} == dict.fromkeys(
         [h.name for h in vc.hosts], digest)
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}

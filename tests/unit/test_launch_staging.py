@@ -202,15 +202,65 @@ def test_the_launch_host_sends_each_other_host_only_what_it_lacks_to_its_mpi_add
              "-e", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes"]
     assert commands == [
         {"item": {"host": "h2", "rel": "models/m", "from": "h1"},
-         "argv": [*flags, "/home/h1/mlx-cluster/models/m/", "198.19.0.2:mlx-cluster/models/m/"]},
+         "argv": [*flags, "models/m/", "198.19.0.2:mlx-cluster/models/m/"]},
         {"item": {"host": "h2", "rel": "data/c.txt", "from": "h1"},
-         "argv": [*flags, "/home/h1/mlx-cluster/data/c.txt", "198.19.0.2:mlx-cluster/data/c.txt"]},
-    ]
+         "argv": [*flags, "data/c.txt", "198.19.0.2:mlx-cluster/data/c.txt"]},
+    ]  # in the launch host's work dir (staging.py fanout)
     closed = "rsync: connection unexpectedly closed"
     results = [{"item": commands[0]["item"], "rc": 0, "stderr": ""},
                {"item": commands[1]["item"], "rc": 12, "stderr": closed + "\n"}]
     assert staging.staging_transfer_errors(results) == [
         f"h2: sending data/c.txt from h1 failed (rsync exit 12): {closed}"]
+
+
+def test_the_launch_host_runs_its_transfers_at_once_in_its_work_dir(tmp_path):
+    work = tmp_path / "mlx-cluster"
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "c.txt").write_bytes(os.urandom(1000))
+    copy = tmp_path / "h2" / "c.txt"
+    copy.parent.mkdir()
+    commands = [{"item": {"host": "h2", "rel": "data/c.txt", "from": "h1"},
+                 "argv": staging.staging_rsync_argv("data/c.txt", str(copy), False, "ssh")},
+                {"item": {"host": "h3", "rel": "data/c.txt", "from": "h1"},
+                 "argv": ["sh", "-c", "echo no route >&2; exit 12"]}]
+    local = {"inventory_hostname": "h1", "ansible_connection": "local",
+             "cluster_host_info": {**info("h1", str(tmp_path)),
+                                   "python_env": os.path.dirname(os.path.dirname(sys.executable))}}
+    argv = staging.staging_fanout_argv(commands, local, SCRIPT.read_text())
+    results, _ = transfer._fan_out(argv)
+    assert [(r["item"]["host"], r["rc"], r["stderr"]) for r in results] == [
+        ("h2", 0, ""), ("h3", 12, "no route")]
+    assert copy.read_bytes() == (work / "data" / "c.txt").read_bytes()
+    assert staging.staging_fanout_argv([], local, "") == []
+
+
+def test_the_launch_hosts_transfers_end_when_the_controller_goes_away(tmp_path):
+    """Its stdin closed (the controller's ssh gone) while a transfer runs: the transfer's whole
+    process group (rsync and its ssh) is killed at once."""
+    child = tmp_path / "child.pid"
+    commands = [{"item": "slow", "argv": ["sh", "-c", f"sleep 60 & echo $! > {child}; wait"]}]
+    fanout = subprocess.Popen([sys.executable, str(SCRIPT), "fanout", str(tmp_path),
+                               json.dumps(commands)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 10
+    while not child.exists() or not child.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    fanout.stdin.close()
+    assert fanout.wait(timeout=10) == 0
+    assert [(r["item"], r["rc"]) for r in json.loads(fanout.stdout.read())] == [("slow", -15)]
+    sleeper = int(child.read_text())
+    while running(sleeper):
+        assert time.monotonic() < deadline, f"sleep {sleeper} outlived its transfer"
+        time.sleep(0.05)
+
+
+def running(pid):
+    """Whether pid runs (a killed process nobody reaped yet is a zombie: Z)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_a_work_dir_outside_the_home_is_given_whole():

@@ -3,7 +3,9 @@
 Ansible prints a task's result only when the task ends: gigabytes over a laptop's Wi-Fi would be
 minutes of silence. This action runs on the launch host's turn: first the controller's rsyncs to
 the launch host (`sends`, one after another, here on the controller), then the launch host's to
-the others (`fanout`: the concurrent_commands module there, all at once; not after a failed send).
+the others (`fanout`: the command that runs files/staging.py fanout there, all at once; not after a
+failed send). The fan-out's stdin is a pipe this process holds open until it ends: when the play is
+interrupted (Ctrl-C, a killed controller), the pipe closes and the launch host kills its transfers.
 While a stage runs, every `interval` seconds it reads what arrived on each receiving host (`watch`:
 filter_plugins/staging.py staging_watch_commands) and prints a line per host and input: the bytes
 there of the input's size, the rate since the last reading and the time left. A stage shorter
@@ -12,6 +14,7 @@ one per transfer; the action never fails because a transfer did (staging_transfe
 """
 
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -19,7 +22,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.errors import AnsibleActionFail
-from ansible.module_utils.common.text.converters import to_text
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -52,6 +54,18 @@ def _run(command):
                           stdin=subprocess.DEVNULL, check=False)
     return {"item": command["item"], "cmd": command["argv"], "rc": done.returncode,
             "stdout": done.stdout.rstrip("\n"), "stderr": done.stderr.rstrip("\n")}
+
+
+def _fan_out(argv):
+    """The launch host's transfers' results (files/staging.py fanout, run by argv), None with
+    its error output when it did not run. Its stdin stays open as long as this process lives."""
+    alive_r, alive_w = os.pipe()
+    try:
+        done = subprocess.run(argv, stdin=alive_r, capture_output=True, text=True, check=False)
+    finally:
+        os.close(alive_r)
+        os.close(alive_w)
+    return (json.loads(done.stdout) if done.returncode == 0 else None), done.stderr
 
 
 def _read(argv, timeout):
@@ -104,7 +118,7 @@ class Progress:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = False  # it would send
-    _VALID_ARGS = frozenset(("sends", "fanout", "watch", "interval", "timeout"))
+    _VALID_ARGS = frozenset(("sends", "fanout", "watch", "interval"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -126,12 +140,10 @@ class ActionModule(ActionBase):
         if fanout and all(r["rc"] == 0 for r in results):
             others = {h: w for h, w in watch.items() if h != host}
             with Progress(others, host, interval):
-                ran = self._execute_module(
-                    module_name="concurrent_commands", task_vars=task_vars,
-                    module_args={"commands": fanout, "timeout": int(args.get("timeout", 86400))})
-            if ran.get("failed"):
+                ran, error = _fan_out(fanout)
+            if ran is None:
                 raise AnsibleActionFail(f"the transfers from {host} did not run: "
-                                        f"{to_text(ran.get('msg'))}")
-            results += ran["results"]
+                                        f"{error.strip()[-2000:]}")
+            results += ran
         result.update(changed=bool(results), results=results)
         return result

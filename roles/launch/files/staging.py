@@ -15,6 +15,10 @@ host, with the environment's Python:
                                                             manifest and print it
     staging.py received WORK_DIR '["data/corpus.txt", ...]' during a transfer: the bytes of each
                                                             input there (its progress)
+    staging.py fanout WORK_DIR '[{"item": ..., "argv": ["rsync", ...]}, ...]'
+                                                            on the launch host: its transfers to
+                                                            the other hosts, at once, in WORK_DIR,
+                                                            ended when stdin closes
     staging.py fetch CACHE_DIR '{"repo": "owner/name", "revision": ""}'
                                                             a Hugging Face model: download it into
                                                             this machine's Hugging Face cache and
@@ -22,11 +26,16 @@ host, with the environment's Python:
                                                             manifest (CACHE_DIR: cached manifests)
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 CHUNK = 1 << 20
 # The file rsync writes while it receives <name>: .<name>.XXXXXX beside it, renamed at the end.
@@ -215,8 +224,37 @@ def received(work_dir, rels):
     return totals
 
 
+def fanout(work_dir, commands):
+    """Run the transfers (concurrent_commands' commands: item, argv) at once, in work_dir, each
+    in a process group of its own, and return their results in concurrent_commands' shape. The
+    controller holds this process's stdin open while it waits: when stdin closes early (the play
+    interrupted, the controller's ssh gone), every transfer still running is killed, so none
+    outlives the play (rsync --partial keeps what arrived)."""
+    transfers = [subprocess.Popen(command["argv"], cwd=work_dir, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+                 for command in commands]
+
+    def end_all():
+        sys.stdin.read()
+        for transfer in transfers:
+            if transfer.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(transfer.pid, signal.SIGTERM)
+
+    threading.Thread(target=end_all, daemon=True).start()
+
+    def wait(command, transfer):
+        out, err = transfer.communicate()
+        return {"item": command["item"], "cmd": command["argv"], "rc": transfer.returncode,
+                "stdout": out.rstrip("\n"), "stderr": err.rstrip("\n")}
+
+    with ThreadPoolExecutor(max_workers=max(1, len(transfers))) as pool:
+        return list(pool.map(wait, commands, transfers))
+
+
 if __name__ == "__main__":
     action, work_dir, rels = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     actions = {"report": report, "prepare": prepare, "record": record, "received": received,
-               "fetch": fetch}
+               "fanout": fanout, "fetch": fetch}
     print(json.dumps(actions[action](work_dir, rels)))

@@ -188,23 +188,42 @@ def staging_controller_commands(staged, stale, hostvars, info):
 
 
 def staging_fanout_commands(staged, ranked_vars, hosts, launch_host):
-    """concurrent_commands' commands for the launch host: an rsync of each input another host
-    lacks (its fact launch_stale) from the launch host's copy to that host's MPI address, over the
-    ssh mesh (its key and pinned host keys, from ~/.ssh/config), all at once. ranked_vars: the
-    ranked hosts' variables; hosts: cluster_host_list."""
+    """The launch host's transfers (files/staging.py fanout, in its work dir): an rsync of each
+    input another host lacks (its fact launch_stale) from the launch host's copy to that host's
+    MPI address, over the ssh mesh (its key and pinned host keys, from ~/.ssh/config), all at
+    once. ranked_vars: the ranked hosts' variables; hosts: cluster_host_list."""
     addresses = {h["name"]: h["mpi_address"] for h in hosts}
     is_dir = {s["rel"]: s["dir"] for s in staged}
-    infos = {hv["inventory_hostname"]: hv["cluster_host_info"] for hv in ranked_vars}
     rsh = shlex.join(["ssh", *SSH_OPTIONS, "-o", "StrictHostKeyChecking=yes"])
     commands = []
     for hv in ranked_vars:
         host = hv["inventory_hostname"]
         for rel, problems in hv["launch_stale"].items() if host != launch_host else ():
-            src = posixpath.join(infos[launch_host]["work_dir"], rel)
-            dest = f"{_host_word(addresses[host])}:{staging_remote_path(infos[host], rel)}"
+            path = staging_remote_path(hv["cluster_host_info"], rel)
+            dest = f"{_host_word(addresses[host])}:{path}"
             commands.append({"item": {"host": host, "rel": rel, "from": launch_host},
-                             "argv": staging_rsync_argv(src, dest, is_dir[rel], rsh, problems)})
+                             "argv": staging_rsync_argv(rel, dest, is_dir[rel], rsh, problems)})
     return commands
+
+
+def _on_host(hostvars, script, action, arg):
+    """The command the controller runs to run files/staging.py (its source `script`) `action`
+    on a host (hostvars: its variables) with the host's Python, over the ssh Ansible uses, or
+    here when Ansible runs here."""
+    info = hostvars["cluster_host_info"]
+    argv = [posixpath.join(info["python_env"], "bin", "python"), "-c", script, action,
+            info["work_dir"], json.dumps(arg)]
+    if _is_local(hostvars):
+        return argv
+    return [*shlex.split(staging_ssh_command(hostvars)), _address(hostvars), shlex.join(argv)]
+
+
+def staging_fanout_argv(commands, hostvars, script):
+    """The command the controller runs for the launch host's transfers (commands:
+    staging_fanout_commands; hostvars: the launch host's variables), its stdin held open while
+    they run: the launch host ends them when it closes (staging.py fanout). [] when there are
+    none."""
+    return _on_host(hostvars, script, "fanout", commands) if commands else []
 
 
 def staging_transfer_errors(results):
@@ -224,13 +243,8 @@ def staging_watch_commands(ranked_vars, manifests, script):
         rels = list(hv["launch_stale"])
         if not rels:
             continue
-        info = hv["cluster_host_info"]
-        argv = [posixpath.join(info["python_env"], "bin", "python"), "-c", script, "received",
-                info["work_dir"], json.dumps(rels)]
-        if not _is_local(hv):
-            argv = [*shlex.split(staging_ssh_command(hv)), _address(hv), shlex.join(argv)]
         watch[hv["inventory_hostname"]] = {
-            "argv": argv,
+            "argv": _on_host(hv, script, "received", rels),
             "totals": {rel: sum(entry[0] for entry in manifests[rel].values()) for rel in rels}}
     return watch
 
@@ -240,6 +254,7 @@ class FilterModule:
         return {
             "staging_controller_commands": staging_controller_commands,
             "staging_fanout_commands": staging_fanout_commands,
+            "staging_fanout_argv": staging_fanout_argv,
             "staging_transfer_errors": staging_transfer_errors,
             "staging_watch_commands": staging_watch_commands,
             "staging_hub_rel": staging_hub_rel,
