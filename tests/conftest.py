@@ -35,8 +35,9 @@ def pytest_collection_modifyitems(items):
     reason = cluster_unavailable() if any("cluster" in i.keywords for i in items) else None
     for item in items:
         if "cluster" in item.keywords:
-            shared = SESSION_CLUSTERS.keys() & set(item.fixturenames)
-            group = SESSION_CLUSTERS[shared.pop()] if shared else "cable-and-own-clusters"
+            groups = {SESSION_CLUSTERS[n] for n in SESSION_CLUSTERS.keys() & set(item.fixturenames)}
+            assert len(groups) <= 1, f"{item.nodeid} uses clusters of two groups: {groups}"
+            group = groups.pop() if groups else "cable-and-own-clusters"
             item.add_marker(pytest.mark.xdist_group(group))
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))

@@ -144,24 +144,27 @@ def test_a_cable_taken_down_is_named_by_both_ends(cables_cluster, tmp_path):
 # --- train.yml --------------------------------------------------------------------------------
 
 
-def test_ring_trains_over_the_cables_as_the_bridge_cluster_does(cables_cluster, train_cluster,
-                                                                 tmp_path):
-    vc = cables_cluster
+def train_counting(vc, tmp_path, backend):
+    """train.yml's JOB with `backend` on the ring; (its results, bytes moved per (host, port))."""
     before = port_bytes(vc)
-    run, out = train(vc, tmp_path, "ring", backend="ring", **JOB)
+    run, out = train(vc, tmp_path, backend, backend=backend, **JOB)
     assert run.status == "successful", run.stdout[-6000:]
     after = port_bytes(vc)
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["world_size"] == 3 and summary["steps"] == JOB["steps"]
-    assert "--backend ring" in (out / "command.sh").read_text()
-    job = json.loads((out / "job.json").read_text())
-    assert [h["host"] for h in job["rank_hosts"]] == [h.name for h in vc.hosts]  # the ring's order
+    assert json.loads((out / "summary.json").read_text())["world_size"] == 3
+    return out, {port: sum(after[port]) - sum(before[port]) for port in after}
 
+
+def test_ring_over_the_cables_and_mpi_off_the_pool_train_alike(cables_cluster, tmp_path):
+    vc = cables_cluster
+    gradient = MLP_GRADIENT_BYTES * JOB["steps"]
+
+    ring, moved = train_counting(vc, tmp_path, "ring")
+    assert "--backend ring" in (ring / "command.sh").read_text()
+    job = json.loads((ring / "job.json").read_text())
+    assert [h["host"] for h in job["rank_hosts"]] == [h.name for h in vc.hosts]  # the ring's order
     # MLX's ring: each rank sends to its neighbour over the cable between them (the other way
     # carries TCP's acknowledgements), every all-reduce 2(n-1)/n of the gradient per link: more
     # than the whole gradient per step over every cable (measured: 1.37 x on each).
-    gradient = MLP_GRADIENT_BYTES * JOB["steps"]
-    moved = {port: sum(after[port]) - sum(before[port]) for port in after}
     for (host, port), count in moved.items():
         if port != "en0":
             assert count >= gradient, (host, port, count, gradient)
@@ -172,37 +175,26 @@ def test_ring_trains_over_the_cables_as_the_bridge_cluster_does(cables_cluster, 
     for host in vc.hosts:
         assert moved[(host.name, "en0")] < gradient / 4, (host.name, moved, gradient)
 
-    bridge_run, bridge_out = train(train_cluster, tmp_path, "bridge", backend="mpi", np=3, **JOB)
-    assert bridge_run.status == "successful", bridge_run.stdout[-6000:]
-    bridge = json.loads((bridge_out / "summary.json").read_text())
-    assert bridge["world_size"] == 3
-    assert summary["train_loss"] == pytest.approx(bridge["train_loss"], rel=1e-4)
-    cabled, bridged = final_weights(out), final_weights(bridge_out)
-    assert cabled.keys() == bridged.keys()
-    for name in cabled:  # as tests/train/test_distributed.py compares 2 ranks with 1
-        np.testing.assert_allclose(cabled[name], bridged[name], rtol=1e-4, atol=1e-5,
-                                   err_msg=name)
-
-
-def test_mpi_trains_over_the_management_network_off_the_pool(cables_cluster, tmp_path):
-    vc = cables_cluster
-    before = port_bytes(vc)
-    run, out = train(vc, tmp_path, "mpi", backend="mpi", **JOB)
-    assert run.status == "successful", run.stdout[-6000:]
-    after = port_bytes(vc)
-    assert json.loads((out / "summary.json").read_text())["world_size"] == 3
+    mpi, moved = train_counting(vc, tmp_path, "mpi")
     pool = vc.thunderbolt_subnet
-    command = " ".join((out / "command.sh").read_text().replace("\\\n", " ").split())
+    command = " ".join((mpi / "command.sh").read_text().replace("\\\n", " ").split())
     assert f"--mca btl_tcp_if_exclude 127.0.0.1/8,sppp,{pool}" in command
     assert f"--mca oob_tcp_if_exclude {pool}" in command  # Open MPI 4 here (5: --prtemca)
     # Three hosts: no cable joins all of them, so the gradients go over en0, none over the cables.
-    gradient = MLP_GRADIENT_BYTES * JOB["steps"]
-    for (host, port), (rx, tx) in after.items():
-        moved = rx - before[(host, port)][0] + tx - before[(host, port)][1]
+    for (host, port), count in moved.items():
         if port == "en0":
-            assert moved >= gradient, (host, moved, gradient)
+            assert count >= gradient, (host, count, gradient)
         else:
-            assert moved < gradient / 10, (host, port, moved, gradient)
+            assert count < gradient / 10, (host, port, count, gradient)
+
+    # The same job, two backends, two networks: the same training.
+    assert json.loads((ring / "summary.json").read_text())["train_loss"] == pytest.approx(
+        json.loads((mpi / "summary.json").read_text())["train_loss"], rel=1e-4)
+    by_ring, by_mpi = final_weights(ring), final_weights(mpi)
+    assert by_ring.keys() == by_mpi.keys()
+    for name in by_ring:  # as tests/train/test_distributed.py compares 2 ranks with 1
+        np.testing.assert_allclose(by_ring[name], by_mpi[name], rtol=1e-4, atol=1e-5,
+                                   err_msg=name)
 
 
 # --- bench.yml --------------------------------------------------------------------------------
