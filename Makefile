@@ -34,8 +34,8 @@ lint: venv
 	ruff check .
 	ansible-lint
 
-# Two workers: the tests on the session's clusters in turn on one; the rest beside them on the
-# other (tests/conftest.py; docs/development.md).
+# Two workers: the bridge clusters' tests in turn on one, the cable ring's and the clusters of
+# their own on the other, the in-process tests where a worker is free (tests/conftest.py).
 test: venv
 	pytest -n 2 --dist loadgroup
 
