@@ -3,7 +3,7 @@
 import json
 import sys
 
-from . import cli, command, data
+from . import cli, command
 
 
 def main(argv=None):
@@ -11,7 +11,7 @@ def main(argv=None):
     if args.check:
         cli.check_world(args, args.check)
         # batch: the split train.yml shows with the request
-        batch = {} if args.command else {"batch": data.describe_batch(args.batch_size, args.check)}
+        batch = {} if args.command else {"batch": cli.describe_batch(args, args.check)}
         print(json.dumps(vars(args) | batch, default=str))
         return
     if args.command is not None:

@@ -110,12 +110,20 @@ def sha256(path):
     return digest.hexdigest()
 
 
-def load_newest(out, model, optimizer):
-    """Restore model and optimizer from the newest checkpoint that is intact and loads: (its
-    directory or None, its state.json or None, [(directory, why)] of the newer ones skipped)."""
+def intact_steps(out):
+    """The steps of the checkpoints in out that their manifests vouch for, newest first."""
+    return [step_of(path) for path in newest_first(out) if problem(path) is None]
+
+
+def load_newest(out, model, optimizer, steps=None):
+    """Restore model and optimizer from the newest checkpoint that is intact and loads, and is
+    at one of steps if given: (its directory or None, its state.json or None, [(directory,
+    why)] of the newer ones skipped)."""
     skipped = []
     for path in newest_first(out):
         why = problem(path)
+        if why is None and steps is not None and step_of(path) not in steps:
+            why = "not intact on every pipeline stage"
         if why is None:
             try:
                 return path, load(path, model, optimizer), skipped
@@ -126,7 +134,13 @@ def load_newest(out, model, optimizer):
 
 
 def load(path, model, optimizer):
-    """Restore model and optimizer from a checkpoint directory; returns its state.json."""
-    model.load_weights(str(path / "model.safetensors"), strict=False)
+    """Restore model and optimizer from a checkpoint directory; returns its state.json. Its
+    parameters must be the model's trainable ones: a pipeline stage's, of the same layers."""
+    weights = mx.load(str(path / "model.safetensors"))
+    wanted = {key for key, _ in tree_flatten(model.trainable_parameters())}
+    if other := sorted(wanted.symmetric_difference(weights)):
+        raise ValueError(f"its parameters are not the model's trainable ones ({len(other)} "
+                         f"differ, e.g. {other[0]})")
+    model.load_weights(list(weights.items()), strict=False)
     optimizer.state = tree_unflatten(list(mx.load(str(path / "optimizer.safetensors")).items()))
     return json.loads((path / "state.json").read_text())

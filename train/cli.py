@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from . import command, mnist, spelling
+from . import command, data, mnist, spelling
 from .data import IMAGE_DATASETS
 from .errors import fail
 
@@ -51,6 +51,9 @@ class Settings:
     checkpoint_every: int = 100
     grad_bucket_bytes: int = 32 * 1024**2  # MLX's
     grad_dtype: str = "float32"
+    parallel: str = "data"
+    stages: str | None = None
+    micro_batches: int | None = None
     log_every: int = 10
     heartbeat: str | None = None
     report_to: str = "none"
@@ -123,6 +126,14 @@ def path(text):
     return Path(name(text))
 
 
+def layer_counts(text):
+    """--stages: positive layer counts separated by commas; kept as given (5,3)."""
+    if not re.fullmatch(r"[1-9][0-9]{0,5}(,[1-9][0-9]{0,5})*", text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not layer counts per stage, each "
+                                         ">= 1, separated by commas (e.g. 5,3)")
+    return text
+
+
 def parser():
     p = Parser(prog="python -m train", description="Train or fine-tune an MLX model on this "
                "machine, or data-parallel on every rank under mpirun / mlx.launch.")
@@ -163,6 +174,15 @@ def parser():
     add("--grad-dtype", choices=("float32", "bfloat16"), help="the gradients' type on the wire: "
         "bfloat16 sends half the bytes; weights and optimizer stay float32 (default: "
         "%(default)s)")
+    add("--parallel", choices=("data", "pipeline"), help="data: every rank holds the whole "
+        "model and trains on its share of the batch; pipeline (LoRA of a Llama-like mlx-lm "
+        "model): the model's layers are split across the ranks in order, each rank holds and "
+        "trains only its own, for a model bigger than one host (default: %(default)s)")
+    add("--stages", type=layer_counts, metavar="COUNTS", help="--parallel pipeline: layers per "
+        "stage in order, one stage per rank, e.g. 5,3 (default: balanced by parameter bytes)")
+    add("--micro-batches", type=count(1, BATCH_MAX), metavar="M", help="--parallel pipeline: "
+        "the global batch goes through the stages in M parts, which keeps them busy at once "
+        "(default: the number of stages)")
     add("--log-every", type=count(1, STEPS_MAX), metavar="K", help="report the loss every K "
         "steps (default: %(default)s)")
     add("--heartbeat", metavar="TEMPLATE", help="each rank writes {phase, step, steps, progress, "
@@ -202,6 +222,7 @@ def parse(argv=None):
         fail(f"argument --width: only mlp has a width, not {args.model}; leave --width out")
     if args.lora:
         check_lora_model(args.model)
+    check_parallel(args)
     choices = LORA_DATASETS if args.lora else BUILT_IN[args.model]
     args.dataset = args.dataset or choices[0]
     if args.dataset not in choices:
@@ -246,6 +267,15 @@ def read_config(path):
     p = parser()
     p.source = path
     return p.parse_args(flags)
+
+
+def check_parallel(args):
+    if args.parallel == "pipeline" and not args.lora:
+        fail(f"argument --parallel: pipeline is for LoRA fine-tunes of an mlx-lm model, not "
+             f"{args.model}; leave --parallel out")
+    for option in ("stages", "micro_batches"):
+        if getattr(args, option) is not None and args.parallel != "pipeline":
+            fail(f"argument --{option.replace('_', '-')}: only with --parallel pipeline")
 
 
 def check_command(args):
@@ -301,6 +331,28 @@ def check_world(args, world_size):
         return
     if args.batch_size is None:  # the default fits any world: at least one example per rank
         args.batch_size = max(DEFAULTS["lora" if args.lora else "built-in"][1], world_size)
-    if args.batch_size < world_size:
+    if args.parallel == "pipeline":
+        check_pipeline(args, world_size)
+    elif args.batch_size < world_size:
         fail(f"--batch-size {args.batch_size} leaves some of the {world_size} ranks without an "
              f"example; choose at least {world_size}")
+
+
+def check_pipeline(args, world_size):
+    """One stage per rank (no data-parallel replicas of a pipeline), a micro-batch for each."""
+    if args.stages is not None and (stages := len(args.stages.split(","))) != world_size:
+        fail(f"argument --stages: {args.stages} is {stages} stage(s) but the run has "
+             f"{world_size} rank(s); a pipeline runs one stage per rank: give {world_size} "
+             "layer counts or start as many ranks as stages")
+    args.micro_batches = args.micro_batches or min(world_size, args.batch_size)
+    if args.micro_batches > args.batch_size:
+        fail(f"argument --micro-batches: {args.micro_batches} is more than the "
+             f"{args.batch_size} examples of a batch; choose at most {args.batch_size}")
+
+
+def describe_batch(args, world_size):
+    """The global batch and how it is split, in words."""
+    if args.parallel == "pipeline":
+        return (f"global batch {args.batch_size} in {args.micro_batches} micro-batches through "
+                f"{world_size} stage(s)")
+    return data.describe_batch(args.batch_size, world_size)

@@ -14,11 +14,12 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten
 
-from . import checkpoint, cli, data, distributed, durable, lora, models, report
+from . import checkpoint, cli, data, distributed, durable, lora, models, pipeline, report
 from .errors import fail
 
 # A resumed run must have these settings of the run it continues.
-SAME_ON_RESUME = ("model", "dataset", "data", "batch_size", "seed", "width")
+SAME_ON_RESUME = ("model", "dataset", "data", "batch_size", "seed", "width", "parallel",
+                  "stages")
 MLX_CPU_CACHE = 32 << 20  # MLX's own limit of freed buffers kept on the CPU
 
 
@@ -33,14 +34,19 @@ def keep_freed_buffers():
         mx.set_cache_limit(max(mx.get_peak_memory(), MLX_CPU_CACHE))
 
 
-def build(args):
-    """(model, train split, eval split), initialised from args.seed."""
+def build(args, group):
+    """(model, train split, eval split, this rank's pipeline stage or None), initialised from
+    args.seed."""
     mx.random.seed(args.seed)
+    if args.parallel == "pipeline":
+        stage, train, test = pipeline.load(args.model, args.data, group, args.stages)
+        pipeline.check_send_recv(stage, group)
+        return stage.model, train, test, stage
     if args.lora:
-        return lora.load(args.model, args.data)
+        return *lora.load(args.model, args.data), None
     train, test = data.load(args.dataset, args.data, models.CONTEXT)
     inputs, _, _ = train[np.arange(1)]
-    return models.build(args.model, inputs.shape[1:], args.width), train, test
+    return models.build(args.model, inputs.shape[1:], args.width), train, test, None
 
 
 def weighted_loss(model, inputs, targets, weights, scale):
@@ -65,31 +71,40 @@ def evaluate(model, split, batch_size, group, heartbeat):
     return loss / count, correct / count
 
 
-def restore(args, model, optimizer, group):
+def restore(args, model, optimizer, group, stage):
     """(the step to start from, the broken checkpoints skipped): rank 0 loads the newest intact
-    checkpoint (if resuming) and every rank takes rank 0's step, parameters and optimizer state."""
-    step, skipped = load_newest(args, model, optimizer) if group.rank() == 0 else (0, [])
+    checkpoint (if resuming) and every rank takes rank 0's step, parameters and optimizer state.
+    A pipeline's stages hold different parameters: each its own checkpoints."""
     optimizer.learning_rate = args.lr
+    if stage is not None:
+        out = checkpoint_out(args, stage)
+        steps = pipeline.common_steps(checkpoint.intact_steps(out), group) if args.resume else None
+        step, skipped = load_newest(args, out, model, optimizer, steps)
+        pipeline.check_restored(step, group)
+        return step, skipped
+    step, skipped = (load_newest(args, args.out, model, optimizer) if group.rank() == 0
+                     else (0, []))
     model.update(distributed.from_rank0(model.trainable_parameters(), group))
     optimizer.state = distributed.from_rank0(optimizer.state, group)
     return int(distributed.from_rank0(mx.array(step), group).item()), skipped
 
 
-def load_newest(args, model, optimizer):
-    """Rank 0: (step, [{"step", "why"}] of the newer checkpoints skipped as broken) of the newest
-    intact checkpoint in --out, loaded into model and optimizer; step 0 if there is none."""
+def load_newest(args, out, model, optimizer, steps=None):
+    """Rank 0 (or each pipeline stage): (step, [{"step", "why"}] of the newer checkpoints
+    skipped as broken) of the newest intact checkpoint in out (at one of steps, if given),
+    loaded into model and optimizer; step 0 if there is none."""
     if not args.resume:
-        if found := checkpoint.newest_first(args.out):
+        if found := checkpoint.newest_first(out):
             fail(f"--out {args.out} already has checkpoints; pass --resume to continue from "
                  f"{found[0].name} or choose another --out")
         return 0, []
-    path, state, broken = checkpoint.load_newest(args.out, model, optimizer)
+    path, state, broken = checkpoint.load_newest(out, model, optimizer, steps)
     skipped = [{"step": checkpoint.step_of(found), "why": why} for found, why in broken]
     for found, why in broken:
         report.say(f"skipping checkpoint {found}: {why}")
     if path is None:
         if broken:
-            report.say(f"no intact checkpoint in {checkpoint.directory(args.out)}: starting over")
+            report.say(f"no intact checkpoint in {checkpoint.directory(out)}: starting over")
         return 0, skipped
     for key in SAME_ON_RESUME:
         # A checkpoint from before a setting existed was made with its default.
@@ -99,6 +114,12 @@ def load_newest(args, model, optimizer):
                  f"{saved}, not {config(args)[key]}")
     report.say(f"resuming from {path} (step {state['step']})")
     return state["step"], skipped
+
+
+def checkpoint_out(args, stage):
+    """The directory whose checkpoints/ this rank writes: --out, or a pipeline stage's own in it
+    (DIR/stage1/checkpoints/...)."""
+    return args.out if stage is None else args.out / f"stage{stage.rank}"
 
 
 def config(args):
@@ -118,23 +139,26 @@ def run(args, group):
     started = time.perf_counter()
     rank, world = group.rank(), group.size()
     heartbeat = report.Heartbeat(args.heartbeat, rank, args.steps)  # phase "loading"
-    model, train, test = build(args)
+    model, train, test, stage = build(args, group)
     optimizer = optim.Adam(learning_rate=args.lr)
     optimizer.init(model.trainable_parameters())
-    start, skipped = restore(args, model, optimizer, group)
+    start, skipped = restore(args, model, optimizer, group, stage)
+    checkpoints = rank == 0 or stage is not None  # this rank writes them: a stage its own
     if start >= args.steps:
         if rank == 0:
             report.say(f"{args.out} is already at step {start} of {args.steps}; nothing to do")
         return
+    progress = None  # rank 0's
     if rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "stopped.json").unlink(missing_ok=True)  # an earlier launch's stop
         metrics = report.Metrics(args.out, start, args.report_to)
         progress = report.Progress(start, args.steps, bar=not distributed.launcher_sizes())
-        trainable = sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+        trainable = (sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
+                     if stage is None else stage.trainable)
         progress.write(f"{args.model} ({trainable:,} trainable parameters) on {args.dataset} "
                        f"({len(train)} train / {len(test)} eval examples), {world} rank(s), "
-                       f"{data.describe_batch(args.batch_size, world)}, "
+                       f"{cli.describe_batch(args, world)}, "
                        f"steps {start + 1}..{args.steps}")
 
     heartbeat.start = start
@@ -147,17 +171,20 @@ def run(args, group):
     train_loss = eval_loss = accuracy = None
     for step in range(start + 1, args.steps + 1):
         tick = time.perf_counter()
-        inputs, targets, weights = train[data.global_batch(args.seed, step - 1, args.batch_size,
-                                                           len(train))]
-        # Each rank's loss sum is scaled so that the average over ranks is the mean loss over
-        # every target of the global batch: the gradients equal one process's on the whole batch.
-        scale = world / float(weights.sum())
-        shard = map(mx.array, data.shard((inputs, targets, weights), rank, world))
-        loss, grads = loss_and_grad(model, *shard, scale)
+        batch = train[data.global_batch(args.seed, step - 1, args.batch_size, len(train))]
+        if stage is None:
+            # Each rank's loss sum is scaled so that the average over ranks is the mean loss over
+            # every target of the global batch: the gradients equal one process's on the batch.
+            scale = world / float(batch[2].sum())
+            shard = map(mx.array, data.shard(batch, rank, world))
+            loss, grads = loss_and_grad(model, *shard, scale)
+        else:  # the stages' sends and receives are the step itself
+            loss, grads = pipeline.step(stage, batch, args.micro_batches, group)
         mx.eval(loss, grads)
         synced = time.perf_counter()
-        grads = distributed.average_gradients(grads, group, args.grad_bucket_bytes,
-                                              getattr(mx, args.grad_dtype))
+        if stage is None:
+            grads = distributed.average_gradients(grads, group, args.grad_bucket_bytes,
+                                                  getattr(mx, args.grad_dtype))
         # Rank 0's stop request reaches every rank in the same evaluation as the gradients'
         # all-reduce: one more 4-byte sum, no extra round trip, and all ranks agree on the step.
         stop = mx.distributed.all_sum(mx.array(int(rank == 0 and stop_file.exists())), group=group)
@@ -182,31 +209,38 @@ def run(args, group):
 
         if (args.eval_every and step % args.eval_every == 0) or step == args.steps:
             heartbeat.at("evaluating", step)
-            eval_loss, accuracy = evaluate(model, test, args.batch_size, group, heartbeat)
+            eval_loss, accuracy = (
+                evaluate(model, test, args.batch_size, group, heartbeat) if stage is None
+                else pipeline.evaluate(stage, test, args.batch_size, group, heartbeat))
             if rank == 0:
                 metrics.add(kind="eval", step=step, eval_loss=eval_loss, eval_accuracy=accuracy)
                 progress.write(f"eval step {step} loss {eval_loss:.4f} accuracy {accuracy:.4f}")
             window_start = time.perf_counter()
 
-        if rank == 0 and ((args.checkpoint_every and step % args.checkpoint_every == 0)
-                          or step == args.steps):
+        if checkpoints and ((args.checkpoint_every and step % args.checkpoint_every == 0)
+                            or step == args.steps):
             heartbeat.at("checkpointing", step)
-            save(args, step, model, optimizer, progress)
+            save(args, checkpoint_out(args, stage), step, model, optimizer, progress)
             window_start, saved = time.perf_counter(), step
 
         heartbeat.at("training", step)
         if step == start + 1:
             heartbeat.beat()  # at once: training has started
         if stop.item() and step < args.steps:
-            if rank == 0:
+            if checkpoints and saved != step:
                 heartbeat.at("checkpointing", step)
-                stopped(args, step, model, optimizer, progress, saved)
+                save(args, checkpoint_out(args, stage), step, model, optimizer, progress)
+            if rank == 0:
+                stopped(args, step, progress)
             heartbeat.at("exiting", step)
             heartbeat.beat()
             return
 
     heartbeat.at("exiting", args.steps)
     heartbeat.beat()
+    if args.lora:  # a pipeline's: every stage's, on every rank
+        adapters = (dict(tree_flatten(model.trainable_parameters())) if stage is None
+                    else pipeline.adapters(stage, group))
     if rank == 0:
         progress.close()
         steps_run = args.steps - start
@@ -216,34 +250,36 @@ def run(args, group):
             "train_loss": train_loss, "eval_loss": eval_loss, "eval_accuracy": accuracy,
             "wall_time_s": time.perf_counter() - started,
             "samples_per_s": steps_run * args.batch_size / step_time,
-            "comm_time_share": sync_time / step_time,
+            # A pipeline's sends are its step: no share of it to tell apart.
+            "comm_time_share": sync_time / step_time if stage is None else None,
         }
         report.plot(metrics.records(), args.out / "loss.png")
         if args.lora:
-            lora.save_adapters(model, args.out / "adapters")
+            lora.save_adapters(adapters, lora.adapter_config(model) if stage is None
+                               else stage.adapter_config, args.out / "adapters")
         # Last: train.yml takes summary.json as the sign that the job is complete.
         durable.write_atomic(args.out / "summary.json", json.dumps(summary, indent=1) + "\n")
         report.say(f"done in {summary['wall_time_s']:.1f}s: eval loss {eval_loss:.4f} accuracy "
                    f"{accuracy:.4f}; wrote summary.json, metrics.jsonl, loss.png in {args.out}")
 
 
-def save(args, step, model, optimizer, progress):
-    """Rank 0's checkpoint at step. One that cannot be written (a full disk) ends the run: the
-    supervisor restarts it from the newest intact checkpoint, which nothing has replaced."""
+def save(args, out, step, model, optimizer, progress):
+    """The checkpoint at step in out (rank 0's, or a pipeline stage's), told on rank 0's
+    progress. One that cannot be written (a full disk) ends the run: the supervisor restarts it
+    from the newest intact checkpoint, which nothing has replaced."""
     try:
-        path = checkpoint.save(args.out, step, model, optimizer, config(args))
+        path = checkpoint.save(out, step, model, optimizer, config(args))
     except OSError as error:
         fail(f"the checkpoint at step {step} could not be written to "
-             f"{checkpoint.directory(args.out)}: {error.strerror or error}; the checkpoints "
+             f"{checkpoint.directory(out)}: {error.strerror or error}; the checkpoints "
              "before it are unchanged: resume once there is space (or the disk is fixed)")
-    progress.write(f"checkpoint {path}")
+    if progress:
+        progress.write(f"checkpoint {path}")
 
 
-def stopped(args, step, model, optimizer, progress, saved):
-    """Rank 0's end of a stopped run: a checkpoint at the agreed step and DIR/stopped.json
+def stopped(args, step, progress):
+    """Rank 0's end of a stopped run, its checkpoint at the agreed step written: DIR/stopped.json
     (no summary.json: that one means the run completed all its steps)."""
-    if saved != step:
-        save(args, step, model, optimizer, progress)
     progress.close()
     reason = stop_reason(args.out)
     record = {"step": step, "reason": reason, "steps": args.steps}

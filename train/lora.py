@@ -11,7 +11,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx.utils import tree_flatten, tree_unflatten
+from mlx.utils import tree_unflatten
 
 from .errors import fail
 
@@ -107,21 +107,26 @@ def read_split(path, tokenizer):
     return Examples(examples)
 
 
-def load(model_name, data_dir):
-    """(model with LoRA layers, trainable = adapters only, train split, valid split)."""
+def load(model_name, data_dir, lazy=False):
+    """(model with LoRA layers, trainable = adapters only, train split, valid split); lazy: no
+    weight read until used."""
     from mlx_lm import load as load_model
 
-    model, tokenizer = load_model(str(model_name))
+    model, tokenizer = load_model(str(model_name), lazy=lazy)
     add_lora(model)
     return model, *(read_split(data_dir / f"{split}.jsonl", tokenizer)
                     for split in ("train", "valid"))
 
 
-def save_adapters(model, directory):
-    """The adapters in mlx-lm's layout, for `mlx_lm.generate --adapter-path directory`."""
+def adapter_config(model):
+    """adapter_config.json: how mlx-lm's loader wraps the model before it reads the adapters."""
+    return {"fine_tune_type": "lora", "num_layers": len(model.layers),
+            "lora_parameters": {**LORA, "keys": lora_keys(model)}}
+
+
+def save_adapters(adapters, config, directory):
+    """The adapters ({name: array}) in mlx-lm's layout, for `mlx_lm.generate --adapter-path
+    directory`."""
     directory.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(directory / "adapters.safetensors"),
-                        dict(tree_flatten(model.trainable_parameters())))
-    config = {"fine_tune_type": "lora", "num_layers": len(model.layers),
-              "lora_parameters": {**LORA, "keys": lora_keys(model)}}
+    mx.save_safetensors(str(directory / "adapters.safetensors"), adapters)
     (directory / "adapter_config.json").write_text(json.dumps(config, indent=1))

@@ -209,3 +209,28 @@ def test_an_unknown_tracker_is_refused(capsys):
         cli.parse(["--report-to", "mlflow"])
     assert exit_.value.code == 2
     assert "argument --report-to: invalid choice: 'mlflow'" in capsys.readouterr().err
+
+
+def test_pipeline_options_are_checked_before_any_rank_starts(capsys, tiny_llm):
+    lora = ["--model", str(tiny_llm[0]), "--data", str(tiny_llm[1]), "--parallel", "pipeline"]
+    assert "pipeline is for LoRA fine-tunes of an mlx-lm model, not mlp" in error_of(
+        capsys, "--parallel", "pipeline")
+    assert "argument --stages: only with --parallel pipeline" in error_of(capsys, "--stages", "1")
+    assert "argument --micro-batches: only with --parallel pipeline" in error_of(
+        capsys, "--micro-batches", "2")
+    assert "'5,x' is not layer counts per stage, each >= 1" in error_of(
+        capsys, *lora, "--stages", "5,x")
+    assert "'5,0' is not layer counts" in error_of(capsys, *lora, "--stages", "5,0")
+
+    args = cli.parse([*lora, "--stages", "5,3"])
+    cli.check_world(args, 2)
+    assert (args.stages, args.micro_batches, args.batch_size) == ("5,3", 2, 4)
+    assert cli.describe_batch(args, 2) == "global batch 4 in 2 micro-batches through 2 stage(s)"
+    for argv, world, error in (
+            (["--stages", "5,3"], 3, "argument --stages: 5,3 is 2 stage(s) but the run has 3 "
+             "rank(s); a pipeline runs one stage per rank"),
+            (["--batch-size", "8", "--micro-batches", "9"], 2, "argument --micro-batches: 9 is "
+             "more than the 8 examples of a batch; choose at most 8")):
+        with pytest.raises(SystemExit):
+            cli.check_world(cli.parse([*lora, *argv]), world)
+        assert error in capsys.readouterr().err

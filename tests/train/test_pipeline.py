@@ -1,0 +1,230 @@
+"""Pipeline-parallel LoRA (`--parallel pipeline`) under real `mpirun` on this machine: the stages
+together train what one process trains, each checkpoints only its own adapters, and rank 0 writes
+all of them where mlx-lm's loader reads them."""
+
+import importlib
+import json
+import shutil
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm.utils import MODEL_REMAPPING
+
+from train import lora, pipeline
+
+from .conftest import metrics, mpirun_cmd, needs_mpirun, run, summary, train_cmd
+
+pytestmark = needs_mpirun
+LAYERS = 8
+SETTINGS = ("--steps", "6", "--batch-size", "8", "--lr", "3e-3", "--log-every", "1",
+            "--eval-every", "3", "--checkpoint-every", "0")
+
+
+@pytest.fixture(scope="module")
+def deep_llm(tiny_llm, tmp_path_factory):
+    """(model directory, data directory): tiny_llm's tokenizer and data with an 8-layer float32
+    llama with a head of its own (not the embedding's): each of the parts a stage may hold."""
+    from mlx_lm.models import llama
+
+    tiny_dir, data_dir = tiny_llm
+    model_dir = tmp_path_factory.mktemp("deep_llm")
+    for path in tiny_dir.iterdir():
+        if path.name not in ("config.json", "model.safetensors"):
+            shutil.copy(path, model_dir)
+    config = {**json.loads((tiny_dir / "config.json").read_text()),
+              "num_hidden_layers": LAYERS, "tie_word_embeddings": False}
+    (model_dir / "config.json").write_text(json.dumps(config))
+    mx.random.seed(1)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    mx.save_safetensors(str(model_dir / "model.safetensors"),
+                        dict(tree_flatten(model.parameters())))
+    return model_dir, data_dir
+
+
+@pytest.fixture(scope="module")
+def one_process(deep_llm, tmp_path_factory):
+    """The out directory of the fine-tune on one process, data parallel's way."""
+    out = tmp_path_factory.mktemp("one") / "run"
+    run(train_cmd("--model", deep_llm[0], "--data", deep_llm[1], *SETTINGS, "--out", out))
+    return out
+
+
+def arrays(path):
+    return {k: np.array(v) for k, v in mx.load(str(path)).items()}
+
+
+def losses(out):
+    return [r["loss"] if r["kind"] == "train" else r["eval_loss"] for r in metrics(out)]
+
+
+def pipeline_run(llm, outs, *flags):
+    """Each rank a stage, with its own --out (MPMD), so that each stage's files show where they
+    were written; mpirun's result."""
+    return run(mpirun_cmd(*(train_cmd("--model", llm[0], "--data", llm[1], *SETTINGS,
+                                      "--parallel", "pipeline", *flags, "--out", out)
+                            for out in outs)))
+
+
+@pytest.fixture(scope="module")
+def two_stages(deep_llm, tmp_path_factory):
+    """(mpirun's result, each rank's out directory) of a 2-stage fine-tune, 5 layers and 3."""
+    outs = [tmp_path_factory.mktemp("two") / f"rank{r}" for r in range(2)]
+    return pipeline_run(deep_llm, outs, "--stages", "5,3"), outs
+
+
+@pytest.fixture(scope="module")
+def three_stages(deep_llm, tmp_path_factory):
+    """The same on 3 stages balanced by parameter bytes."""
+    outs = [tmp_path_factory.mktemp("three") / f"rank{r}" for r in range(3)]
+    return pipeline_run(deep_llm, outs), outs
+
+
+# The first stage also holds the embedding, the last the norm and head; balanced by parameter
+# bytes, three stages take 3/2/3 layers (the embedding and head weigh little here).
+@pytest.mark.parametrize("piped, split", [("two_stages", [5, 3]), ("three_stages", [3, 2, 3])])
+def test_the_stages_train_what_one_process_trains(request, deep_llm, one_process, piped, split):
+    model_dir = deep_llm[0]
+    result, outs = request.getfixturevalue(piped)
+    assert (f"global batch 8 in {len(split)} micro-batches through {len(split)} stage(s)"
+            in result.stdout)
+    assert summary(outs[0])["world_size"] == len(split)
+
+    # Float32; the micro-batches' gradients are summed in another order than one batch's: the
+    # losses agree to 1e-5 and the adapters, moved by about 2e-2 in six Adam steps of 3e-3, to
+    # 1e-4 (measured: 3e-5).
+    np.testing.assert_allclose(losses(outs[0]), losses(one_process), rtol=1e-5)
+    single = arrays(one_process / "adapters" / "adapters.safetensors")
+    piped = arrays(outs[0] / "adapters" / "adapters.safetensors")
+    assert piped.keys() == single.keys()
+    for key in single:
+        np.testing.assert_allclose(piped[key], single[key], rtol=0, atol=1e-4, err_msg=key)
+    assert max(np.abs(v).max() for k, v in single.items() if k.endswith("lora_b")) > 1e-2
+    assert (json.loads((outs[0] / "adapters" / "adapter_config.json").read_text())
+            == json.loads((one_process / "adapters" / "adapter_config.json").read_text()))
+
+    # Each stage checkpoints its own layers' adapters and optimizer state, nothing else.
+    first = 0
+    for rank, (out, layers) in enumerate(zip(outs, split, strict=True)):
+        step = out / f"stage{rank}" / "checkpoints" / "step_00000006"
+        held = {int(key.split(".")[2]) for key in arrays(step / "model.safetensors")}
+        assert held == set(range(first, first + layers)), (rank, held)
+        assert arrays(step / "optimizer.safetensors")
+        assert not (out / "checkpoints").exists()
+        assert rank == 0 or not (out / "adapters").exists()
+        first += layers
+
+    # mlx-lm's own loader (mlx_lm.generate --adapter-path) reads the adapters of every stage.
+    from mlx_lm import load
+
+    tuned, _ = load(str(model_dir), adapter_path=str(outs[0] / "adapters"))
+    loaded = {k: np.array(v) for k, v in tree_flatten(tuned.parameters())
+              if k.endswith(("lora_a", "lora_b"))}
+    assert loaded.keys() == piped.keys()
+    assert all(np.array_equal(loaded[k], piped[k]) for k in piped)
+
+
+def test_a_resumed_pipeline_continues_exactly(tmp_path, deep_llm, two_stages):
+    """Each stage resumes from its own checkpoint, at the step every stage has."""
+    outs = [tmp_path / f"rank{r}" for r in range(2)]
+    halfway = ("--steps", "3", "--stages", "5,3")
+    pipeline_run(deep_llm, outs, *halfway)
+    resumed = pipeline_run(deep_llm, outs, "--stages", "5,3", "--resume")
+    assert resumed.stdout.count("(step 3)") == 2, resumed.stdout  # rank 0 and 1, each its own
+    assert losses(outs[0]) == losses(two_stages[1][0])  # bit for bit
+    resumed, straight = (arrays(out / "adapters" / "adapters.safetensors")
+                         for out in (outs[0], two_stages[1][0]))
+    assert resumed.keys() == straight.keys()
+    assert all(np.array_equal(resumed[k], straight[k]) for k in straight)
+
+
+def test_a_stage_reads_only_its_own_weights(deep_llm):
+    """mlx-lm loads lazily and the stage drops the other layers before anything is evaluated:
+    the last of stages 5/3 reads 3 layers, the norm and the head, never the whole model."""
+    model_bytes = (deep_llm[0] / "model.safetensors").stat().st_size
+    before = mx.get_active_memory()
+    mx.reset_peak_memory()
+    model, _, _ = lora.load(deep_llm[0], deep_llm[1], lazy=True)
+    stage = pipeline.Stage(model, [5, 3], 1)
+    mx.eval(stage.model.parameters())
+    held = mx.get_peak_memory() - before
+    own = sum(v.nbytes for _, v in tree_flatten(stage.model.parameters()))
+    # 3 of 8 layers with their adapters; read eagerly, the peak would be the whole model's
+    assert own <= held < own + 1024 and own < 0.6 * model_bytes, (held, own, model_bytes)
+
+
+@pytest.mark.parametrize("kind", pipeline.MODEL_TYPES)
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "own-head"])
+@pytest.mark.parametrize("bits", [None, 4], ids=["float32", "4-bit"])
+def test_the_stages_compute_the_models_logits(kind, tied, bits):
+    """Each model type the pipeline takes, quantized or not: its stages chained give mlx-lm's own
+    forward, bit for bit (mistral is mlx-lm's llama)."""
+    module = importlib.import_module(f"mlx_lm.models.{MODEL_REMAPPING.get(kind, kind)}")
+    config = {"model_type": kind, "hidden_size": 32, "num_hidden_layers": 5,
+              "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 8, "rms_norm_eps": 1e-5, "vocab_size": 16, "rope_theta": 1e4,
+              "max_position_embeddings": 64, "tie_word_embeddings": tied}
+
+    def model():
+        mx.random.seed(0)
+        built = module.Model(module.ModelArgs.from_dict(config))
+        if bits:
+            nn.quantize(built, group_size=32, bits=bits)
+        return built
+
+    tokens = mx.array([[1, 2, 3, 4, 5, 6]])
+    h = tokens
+    for rank in range(3):
+        h = pipeline.Stage(model(), [2, 1, 2], rank)(h)
+    assert mx.array_equal(h, model()(tokens)).item()
+
+
+def test_a_model_of_another_structure_is_refused(tmp_path, deep_llm):
+    """Gemma scales the embedding and masks some layers to a window: not the stages' forward."""
+    from mlx_lm.models import gemma3_text
+
+    model_dir = tmp_path / "gemma"
+    shutil.copytree(deep_llm[0], model_dir)
+    config = {"model_type": "gemma3_text", "hidden_size": 32, "num_hidden_layers": 2,
+              "intermediate_size": 64, "head_dim": 8, "vocab_size": 16}
+    (model_dir / "config.json").write_text(json.dumps(config))
+    model = gemma3_text.Model(gemma3_text.ModelArgs.from_dict(config))
+    mx.save_safetensors(str(model_dir / "model.safetensors"),
+                        dict(tree_flatten(model.parameters())))
+    result = run(train_cmd("--model", model_dir, "--data", deep_llm[1], "--parallel", "pipeline",
+                           "--out", tmp_path / "run"), check=False)
+    assert result.returncode == 2
+    assert (f"train: error: --parallel pipeline: {model_dir} is a gemma3_text model; the pipeline "
+            "splits llama, mistral, qwen2, qwen3 models") in result.stderr
+
+
+def test_stages_are_balanced_by_parameter_bytes():
+    """Cuts nearest to equal shares, the embedding's bytes on the first stage and the head's on
+    the last, at least one layer each."""
+    assert pipeline.balanced([1] * 8, 0, 0, 3) == [3, 2, 3]
+    assert pipeline.balanced([1] * 8, 4, 0, 2) == [2, 6]  # a heavy embedding: fewer layers
+    assert pipeline.balanced([1] * 8, 0, 4, 2) == [6, 2]
+    assert pipeline.balanced([1] * 4, 100, 0, 4) == [1, 1, 1, 1]
+    assert pipeline.balanced([1, 1, 6, 1, 1], 0, 0, 2) == [2, 3]
+
+
+def test_a_model_with_fewer_layers_than_stages_is_refused(tmp_path, tiny_llm):
+    app = train_cmd("--model", tiny_llm[0], "--data", tiny_llm[1], "--parallel", "pipeline",
+                    "--out", tmp_path / "run")
+    result = run(mpirun_cmd(app, app, app), check=False)
+    assert result.returncode != 0
+    assert "has 2 layers, fewer than the 3 stages (one per rank); start at most 2 ranks" in (
+        result.stderr)
+    assert not (tmp_path / "run").exists()
+
+
+def test_stages_that_do_not_add_up_to_the_models_layers_are_refused(tmp_path, deep_llm):
+    app = train_cmd("--model", deep_llm[0], "--data", deep_llm[1], "--parallel", "pipeline",
+                    "--stages", "4,3", "--out", tmp_path / "run")
+    result = run(mpirun_cmd(app, app), check=False)
+    assert result.returncode != 0
+    assert "argument --stages: 4,3 adds up to 7 layers; " in result.stderr
+    assert f"has {LAYERS}" in result.stderr
+    assert not (tmp_path / "run").exists()
