@@ -40,6 +40,7 @@ def build(args, group):
     mx.random.seed(args.seed)
     if args.parallel == "pipeline":
         stage, train, test = pipeline.load(args.model, args.data, group, args.stages)
+        args.stages = stage.split  # as balanced: the checkpoints record it, a resume needs it
         pipeline.check_send_recv(stage, group)
         return stage.model, train, test, stage
     if args.lora:
@@ -117,9 +118,9 @@ def load_newest(args, out, model, optimizer, steps=None):
 
 
 def checkpoint_out(args, stage):
-    """The directory whose checkpoints/ this rank writes: --out, or a pipeline stage's own in it
-    (DIR/stage1/checkpoints/...)."""
-    return args.out if stage is None else args.out / f"stage{stage.rank}"
+    """The directory whose checkpoints/ this rank writes: --out, or for a pipeline stage after
+    the first, its own in it (DIR/stage1/checkpoints/...)."""
+    return args.out if stage is None or stage.first else args.out / f"stage{stage.rank}"
 
 
 def config(args):

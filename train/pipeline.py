@@ -5,8 +5,9 @@ Stage 0 also holds the embedding, the last stage the norm, the head and the loss
 GPipe's: the global batch in micro-batches, every micro-batch forward through the stages (the
 activations sent to the next stage), then every one backward (their gradients sent back). A
 stage keeps only its inputs between the two and recomputes its activations in the backward, so
-its memory is its layers plus M inputs of one micro-batch. Each stage's optimizer updates its own
-adapters: Adam is elementwise, so this is one optimizer over the whole model.
+its memory is its layers, M micro-batches' inputs and one micro-batch's activations. Each
+stage's optimizer updates its own adapters: Adam is elementwise, so this is one optimizer over
+the whole model.
 
 The models are mlx-lm's whose forward is model.model's embed_tokens, layers (each called as
 layer(h, mask)) and norm, then model.lm_head or the embedding as head, and nothing else: those of
@@ -53,7 +54,7 @@ class Stage:
 
     def __init__(self, model, counts, rank):
         inner = model.model
-        self.model, self.rank, self.stages = model, rank, len(counts)
+        self.model, self.rank, self.split = model, rank, ",".join(map(str, counts))
         self.first, self.last = rank == 0, rank == len(counts) - 1
         self.start, self.end = sum(counts[:rank]), sum(counts[: rank + 1])
         self.tied = getattr(model, "lm_head", None) is None  # the embedding is also the head

@@ -5,6 +5,8 @@ all of them where mlx-lm's loader reads them."""
 import importlib
 import json
 import shutil
+import sys
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -18,6 +20,7 @@ from train import lora, pipeline
 from .conftest import metrics, mpirun_cmd, needs_mpirun, run, summary, train_cmd
 
 pytestmark = needs_mpirun
+MLX_LAUNCH = Path(sys.executable).parent / "mlx.launch"
 LAYERS = 8
 SETTINGS = ("--steps", "6", "--batch-size", "8", "--lr", "3e-3", "--log-every", "1",
             "--eval-every", "3", "--checkpoint-every", "0")
@@ -105,15 +108,19 @@ def test_the_stages_train_what_one_process_trains(request, deep_llm, one_process
     assert (json.loads((outs[0] / "adapters" / "adapter_config.json").read_text())
             == json.loads((one_process / "adapters" / "adapter_config.json").read_text()))
 
-    # Each stage checkpoints its own layers' adapters and optimizer state, nothing else.
+    # Each stage checkpoints its own layers' adapters and optimizer state, nothing else: the
+    # first where rank 0 always does, the others in DIR/stage<k>.
     first = 0
     for rank, (out, layers) in enumerate(zip(outs, split, strict=True)):
-        step = out / f"stage{rank}" / "checkpoints" / "step_00000006"
+        step = (out / (f"stage{rank}" if rank else "") / "checkpoints" / "step_00000006")
         held = {int(key.split(".")[2]) for key in arrays(step / "model.safetensors")}
         assert held == set(range(first, first + layers)), (rank, held)
         assert arrays(step / "optimizer.safetensors")
-        assert not (out / "checkpoints").exists()
-        assert rank == 0 or not (out / "adapters").exists()
+        config = json.loads((step / "state.json").read_text())["config"]
+        assert config["stages"] == ",".join(map(str, split))  # as given or balanced
+        assert sorted(p.name for p in out.iterdir()) == (
+            ["adapters", "checkpoints", "loss.png", "metrics.jsonl", "summary.json"] if rank == 0
+            else [f"stage{rank}"])
         first += layers
 
     # mlx-lm's own loader (mlx_lm.generate --adapter-path) reads the adapters of every stage.
@@ -124,6 +131,23 @@ def test_the_stages_train_what_one_process_trains(request, deep_llm, one_process
               if k.endswith(("lora_a", "lora_b"))}
     assert loaded.keys() == piped.keys()
     assert all(np.array_equal(loaded[k], piped[k]) for k in piped)
+
+
+def test_the_ring_backend_carries_the_pipeline_into_one_directory(tmp_path, deep_llm,
+                                                                  one_process):
+    """mlx.launch's ring on loopback (train.yml's backend over cables): the same adapters, and
+    the ranks of one host share --out, each stage's checkpoints in a directory of its own."""
+    out = tmp_path / "run"
+    run([MLX_LAUNCH, "--backend", "ring", "-n", "2", "--",
+         *train_cmd("--model", deep_llm[0], "--data", deep_llm[1], *SETTINGS, "--parallel",
+                    "pipeline", "--stages", "5,3", "--out", out)])
+    assert sorted(p.name for p in out.iterdir()) == [
+        "adapters", "checkpoints", "loss.png", "metrics.jsonl", "stage1", "summary.json"]
+    assert (out / "stage1" / "checkpoints" / "step_00000006").is_dir()
+    np.testing.assert_allclose(losses(out), losses(one_process), rtol=1e-5)
+    single = arrays(one_process / "adapters" / "adapters.safetensors")
+    for key, value in arrays(out / "adapters" / "adapters.safetensors").items():
+        np.testing.assert_allclose(value, single[key], rtol=0, atol=1e-4, err_msg=key)
 
 
 def test_a_resumed_pipeline_continues_exactly(tmp_path, deep_llm, two_stages):
@@ -138,6 +162,14 @@ def test_a_resumed_pipeline_continues_exactly(tmp_path, deep_llm, two_stages):
                          for out in (outs[0], two_stages[1][0]))
     assert resumed.keys() == straight.keys()
     assert all(np.array_equal(resumed[k], straight[k]) for k in straight)
+
+    # Another split would load other layers' adapters: refused.
+    other = run(mpirun_cmd(*(train_cmd("--model", deep_llm[0], "--data", deep_llm[1], *SETTINGS,
+                                       "--parallel", "pipeline", "--stages", "4,4", "--steps",
+                                       "7", "--resume", "--out", out) for out in outs)),
+                check=False)
+    assert other.returncode != 0
+    assert "was made with --stages 5,3, not 4,4" in other.stderr
 
 
 def test_a_stage_reads_only_its_own_weights(deep_llm):
