@@ -348,6 +348,21 @@ def check_pipeline(args, world_size):
     if args.micro_batches > args.batch_size:
         fail(f"argument --micro-batches: {args.micro_batches} is more than the "
              f"{args.batch_size} examples of a batch; choose at most {args.batch_size}")
+    # A local model's layers are known here, before any host is contacted; a Hugging Face
+    # model's once fetched (pipeline.load).
+    config = Path(args.model) / "config.json"
+    layers = json.loads(config.read_text()).get("num_hidden_layers") if config.exists() else None
+    if isinstance(layers, int):
+        check_split(args.model, layers, args.stages, world_size)
+
+
+def check_split(model, layers, stages, world_size):
+    """A model of `layers` layers splits into world_size stages (of --stages, if given)."""
+    if layers < world_size:
+        fail(f"--parallel pipeline: {model} has {layers} layers, fewer than the {world_size} "
+             f"stages (one per rank); start at most {layers} ranks")
+    if stages is not None and (total := sum(map(int, stages.split(",")))) != layers:
+        fail(f"argument --stages: {stages} adds up to {total} layers; {model} has {layers}")
 
 
 def describe_batch(args, world_size):

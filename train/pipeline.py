@@ -22,7 +22,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_map
 
-from . import data, lora
+from . import cli, data, lora
 from .errors import fail
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # config.json's model_type
@@ -104,19 +104,13 @@ def load(model_name, data_dir, group, stages_text):
              f"{', '.join(MODEL_TYPES)} models (without sliding-window layers); use --parallel "
              "data")
     inner = model.model
-    layers, stages = len(inner.layers), group.size()
-    if layers < stages:
-        fail(f"--parallel pipeline: {model_name} has {layers} layers, fewer than the {stages} "
-             f"stages (one per rank); start at most {layers} ranks")
+    cli.check_split(model_name, len(inner.layers), stages_text, group.size())
     if stages_text is None:
         head = inner.embed_tokens if getattr(model, "lm_head", None) is None else model.lm_head
         counts = balanced([nbytes(layer) for layer in inner.layers], nbytes(inner.embed_tokens),
-                          nbytes(inner.norm) + nbytes(head), stages)
+                          nbytes(inner.norm) + nbytes(head), group.size())
     else:
         counts = [int(n) for n in stages_text.split(",")]
-        if sum(counts) != layers:
-            fail(f"argument --stages: {stages_text} adds up to {sum(counts)} layers; "
-                 f"{model_name} has {layers}")
     return Stage(model, counts, group.rank()), train, valid
 
 

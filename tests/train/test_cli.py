@@ -222,15 +222,20 @@ def test_pipeline_options_are_checked_before_any_rank_starts(capsys, tiny_llm):
         capsys, *lora, "--stages", "5,x")
     assert "'5,0' is not layer counts" in error_of(capsys, *lora, "--stages", "5,0")
 
-    args = cli.parse([*lora, "--stages", "5,3"])
+    args = cli.parse([*lora, "--stages", "1,1"])
     cli.check_world(args, 2)
-    assert (args.stages, args.micro_batches, args.batch_size) == ("5,3", 2, 4)
+    assert (args.stages, args.micro_batches, args.batch_size) == ("1,1", 2, 4)
     assert cli.describe_batch(args, 2) == "global batch 4 in 2 micro-batches through 2 stage(s)"
     for argv, world, error in (
-            (["--stages", "5,3"], 3, "argument --stages: 5,3 is 2 stage(s) but the run has 3 "
+            (["--stages", "1,1"], 3, "argument --stages: 1,1 is 2 stage(s) but the run has 3 "
              "rank(s); a pipeline runs one stage per rank"),
             (["--batch-size", "8", "--micro-batches", "9"], 2, "argument --micro-batches: 9 is "
-             "more than the 8 examples of a batch; choose at most 8")):
+             "more than the 8 examples of a batch; choose at most 8"),
+            # tiny_llm's config.json says 2 layers: known before any rank starts
+            ([], 3, f"{tiny_llm[0]} has 2 layers, fewer than the 3 stages (one per rank); start "
+             "at most 2 ranks"),
+            (["--stages", "2,1"], 2, f"argument --stages: 2,1 adds up to 3 layers; {tiny_llm[0]} "
+             "has 2")):
         with pytest.raises(SystemExit):
             cli.check_world(cli.parse([*lora, *argv]), world)
         assert error in capsys.readouterr().err
