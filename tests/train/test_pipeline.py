@@ -5,7 +5,9 @@ all of them where mlx-lm's loader reads them."""
 import importlib
 import json
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -17,7 +19,7 @@ from mlx_lm.utils import MODEL_REMAPPING
 
 from train import lora, pipeline
 
-from .conftest import metrics, mpirun_cmd, needs_mpirun, run, summary, train_cmd
+from .conftest import ROOT, metrics, mpirun_cmd, needs_mpirun, run, summary, train_cmd
 
 pytestmark = needs_mpirun
 MLX_LAUNCH = Path(sys.executable).parent / "mlx.launch"
@@ -96,9 +98,9 @@ def test_the_stages_train_what_one_process_trains(request, deep_llm, one_process
     assert summary(outs[0])["world_size"] == len(split)
 
     # Float32; the micro-batches' gradients are summed in another order than one batch's: the
-    # losses agree to 1e-5 and the adapters, moved by about 2e-2 in six Adam steps of 3e-3, to
-    # 1e-4 (measured: 3e-5).
-    np.testing.assert_allclose(losses(outs[0]), losses(one_process), rtol=1e-5)
+    # losses agree to 5e-5 relative (measured: 7e-6) and the adapters, moved by up to 9e-2 in
+    # six Adam steps of 3e-3, to 1e-4 (measured: 3e-5).
+    np.testing.assert_allclose(losses(outs[0]), losses(one_process), rtol=5e-5)
     single = arrays(one_process / "adapters" / "adapters.safetensors")
     piped = arrays(outs[0] / "adapters" / "adapters.safetensors")
     assert piped.keys() == single.keys()
@@ -144,7 +146,7 @@ def test_the_ring_backend_carries_the_pipeline_into_one_directory(tmp_path, deep
     assert sorted(p.name for p in out.iterdir()) == [
         "adapters", "checkpoints", "loss.png", "metrics.jsonl", "stage1", "summary.json"]
     assert (out / "stage1" / "checkpoints" / "step_00000006").is_dir()
-    np.testing.assert_allclose(losses(out), losses(one_process), rtol=1e-5)
+    np.testing.assert_allclose(losses(out), losses(one_process), rtol=5e-5)
     single = arrays(one_process / "adapters" / "adapters.safetensors")
     for key, value in arrays(out / "adapters" / "adapters.safetensors").items():
         np.testing.assert_allclose(value, single[key], rtol=0, atol=1e-4, err_msg=key)
@@ -230,6 +232,38 @@ def test_a_model_of_another_structure_is_refused(tmp_path, deep_llm):
     assert result.returncode == 2
     assert (f"train: error: --parallel pipeline: {model_dir} is a gemma3_text model; the pipeline "
             "splits llama, mistral, qwen2, qwen3 models") in result.stderr
+
+
+def test_a_stop_checkpoints_every_stage_at_one_step(tmp_path, deep_llm):
+    """DIR/stop: each stage writes its checkpoint at the agreed step, and a resume goes on from
+    there on every stage (the ranks share --out, as on one host)."""
+    out = tmp_path / "run"
+
+    def ranks(*flags):
+        app = train_cmd("--model", deep_llm[0], "--data", deep_llm[1], *SETTINGS, "--parallel",
+                        "pipeline", *flags, "--out", out)
+        return mpirun_cmd(app, app)
+
+    process = subprocess.Popen(ranks("--steps", "100000"), cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "metrics.jsonl").exists() and len(metrics(out)) >= 2):
+            assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+            time.sleep(0.05)
+        (out / "stop").write_text("user")
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 0, stderr
+    step = json.loads((out / "stopped.json").read_text())["step"]
+    for stage in (out, out / "stage1"):
+        assert [p.name for p in (stage / "checkpoints").iterdir()] == [f"step_{step:08d}"]
+    assert not (out / "summary.json").exists()
+
+    resumed = run(ranks("--steps", str(step + 1), "--resume"))
+    assert resumed.stdout.count(f"(step {step})") == 2, resumed.stdout
+    assert summary(out)["steps"] == step + 1
 
 
 def test_stages_are_balanced_by_parameter_bytes():
