@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser import browse, needs_chromium, row
 from tests.unit.plugins import load
 from train import checkpoint
 
@@ -39,6 +41,7 @@ pytestmark = [needs_mpirun, pytest.mark.timeout(180)]
 SUPERVISOR = ROOT / "roles" / "launch" / "files" / "supervisor.py"
 supervisor_module = load("roles/launch/files/supervisor.py")
 launch = load("roles/launch/filter_plugins/launch.py")
+page = load("roles/launch/filter_plugins/page.py")
 SETTINGS = ("--batch-size", "32", "--checkpoint-every", "100", "--log-every", "100",
             "--eval-every", "0")
 # Long enough that a fault injected a few seconds in (a supervisor replaced, then a rank frozen)
@@ -87,6 +90,11 @@ class Job:
 
     def job(self):
         return json.loads((self.dir / "job.json").read_text())
+
+    def status(self):
+        """This run's row of `supervisor.py status --run`: with its ranks, hosts and metrics."""
+        out = supervisor("status", "--runs-dir", self.work / "runs", "--json", "--run", self.name)
+        return json.loads(out.stdout)[0]
 
     def wait(self, condition, timeout):
         """The job record once condition(job) holds; fails past the timeout."""
@@ -178,15 +186,24 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_frozen_rank_is_found_and_the_job_resumes(jobs, uninterrupted):
+@needs_chromium
+def test_frozen_rank_is_found_and_the_job_resumes(jobs, uninterrupted, tmp_path):
+    """...and the run's page shows it: stalled, with the suspect, then the restart."""
     job = jobs("stall")
-    job.start()
-    job.wait_step(150)
+    job.start("--restart-backoff", 3)  # time to read the stalled job's page before the restart
+    job.wait_step(450)  # a few points of the curves (one every 100 steps)
     frozen = job.rank_pid(1)
     os.kill(frozen, signal.SIGSTOP)
     fault = time.time()
+    while (row := job.status())["ranks"][1]["age"] < page.STALE_BEAT:  # before the stall timeout
+        assert time.time() - fault < STALL - 2, row["ranks"]
+        time.sleep(0.2)
+    stalled = page.write_page(tmp_path / "stalled", row)
+    job.wait(lambda j: j["state"] == "restarting", 60)
+    judged = page.write_page(tmp_path / "judged", job.status())  # the supervisor's suspect
 
     done = job.wait_end(120)
+    ended = page.write_page(tmp_path / "ended", job.status())
     restart = done["restarts"][0]
     detected, resumed = restart["at"] - fault, restart["resumed_at"] - fault
     print(f"\nSIGSTOP of rank 1: detected after {detected:.1f} s (stall timeout {STALL} s), "
@@ -200,6 +217,38 @@ def test_frozen_rank_is_found_and_the_job_resumes(jobs, uninterrupted):
     assert (job.dir / "exit_status").read_text() == "0\n"
     assert_same_weights(job.dir, uninterrupted)
     assert job.left() == [] and state(frozen) is None
+    assert_pages(tmp_path, stalled, judged, ended, frozen)
+
+
+def assert_pages(tmp_path, stalled, judged, ended, frozen):
+    """The job's page as Chromium shows it: with rank 1 stopped, then once the supervisor named
+    it, and the job once finished."""
+    dom = browse(tmp_path / "stalled" / "index.html", screenshot=tmp_path / "stalled.png")
+    assert (tmp_path / "stalled.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert '<meta http-equiv="refresh"' in dom and not re.search(r"(src|href)=", dom)
+    for curve in ("train", "speed"):  # the curves, a few points each
+        assert len(re.search(rf'<polyline class="{curve}" points="([^"]*)"', dom)[1].split()) >= 4
+    cells, marked = row(dom, "ranks", 1)
+    assert cells[1] == "h1" and int(cells[4].split()[0]) >= page.STALE_BEAT and marked == "stalled"
+    cells, marked = row(dom, "ranks", 0)
+    assert cells[1] == "h0" and cells[2] == "training" and marked == "" and cells[5] == ""
+    assert " / " in row(dom, "hosts", "h0")[0][1]  # its memory: available / total
+    assert stalled["state"] == "running" and stalled["suspect"] is None
+
+    dom = browse(tmp_path / "judged" / "index.html")
+    suspect = f"rank 1 on h1: process {frozen} is stopped (state T"
+    assert re.search(rf'<span id="suspect">suspect: {re.escape(suspect)}', dom)
+    assert row(dom, "ranks", 1)[0][5] == "suspect" and row(dom, "ranks", 0)[0][5] == ""
+    timeline = re.search(r'<table id="events">(.*?)</table>', dom, re.S)[1]
+    assert f"<td>stall</td><td>suspect: {suspect}" in timeline and "<td>restart</td>" in timeline
+    assert [e["what"] for e in judged["events"]] == ["started", "stall", "restart"]
+
+    html = (tmp_path / "ended" / "index.html").read_text()
+    assert "http-equiv" not in html and not ended["live"]
+    assert [e["what"] for e in ended["events"]] == [
+        "started", "stall", "restart", "training again", "finished"]
+    assert [(r["rank"], r["host"], r["phase"]) for r in ended["ranks"]] == [
+        (0, "h0", "exiting"), (1, "h1", "exiting")]
 
 
 @pytest.mark.slow

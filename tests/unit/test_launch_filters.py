@@ -866,4 +866,4 @@ def test_status_of_a_run_has_a_row_per_rank_and_says_which_has_no_heartbeat():
                          [(0.4, "0 s"), (59, "59 s"), (60, "1m 00s"), (3599, "59m 59s"),
                           (3600, "1h 00m"), (200 * 3600 + 61, "200h 01m")])
 def test_durations(seconds, shown):
-    assert launch._duration(seconds) == shown
+    assert launch.duration(seconds) == shown

@@ -136,8 +136,10 @@ def test_a_heartbeat_is_this_launchs_by_its_own_hosts_clock(tmp_path):
     """A previous launch's heartbeat left on a host is not this launch's, however far that
     host's clock is ahead or behind: read_host reads the host's clock with the files."""
     (tmp_path / "hb").write_text(json.dumps(beat("training", 3, time=1000.0)))
-    beats, states, ahead = supervisor.read_host("local", [tmp_path / "hb", tmp_path / "none"])
+    beats, states, ahead, figures = supervisor.read_host("local",
+                                                         [tmp_path / "hb", tmp_path / "none"])
     assert beats == [beat("training", 3, time=1000.0), None] and abs(ahead) < 2 and states
+    assert figures == {}  # the watchdog's reading: heartbeats only
     sup = supervisor.Supervisor.__new__(supervisor.Supervisor)
     sup.launched_wall = 1100.0
     assert not sup.this_launch(beats[0], 0) and not sup.this_launch(beats[0], -90)
@@ -154,9 +156,13 @@ def test_status_of_a_run_reads_each_ranks_heartbeat_on_its_host(tmp_path):
             for r, h, a in [(0, "h0", "local"), (1, "h0", "local"), (2, "h1", "h1.invalid")]]
     written = beat("training", step=12, time=supervisor.time.time() - 3)
     (run / "logs" / "rank.0.heartbeat").write_text(json.dumps(written))
-    ranks = supervisor.rank_beats(plan)
+    ranks, hosts = supervisor.rank_beats(plan)
     assert 3 <= ranks[0].pop("age") < 5
     assert ranks == [
         {"rank": 0, "host": "h0", "reached": True, "phase": "training", "step": 12},
         {"rank": 1, "host": "h0", "reached": True, "phase": None, "step": None, "age": None},
         {"rank": 2, "host": "h1", "reached": False, "phase": None, "step": None, "age": None}]
+    # Each host's figures, raw, once per host: this one's memory and interfaces (Linux's).
+    assert [(h["host"], h["reached"]) for h in hosts] == [("h0", True), ("h1", False)]
+    assert "MemAvailable:" in hosts[0]["figures"]["meminfo"]
+    assert "lo " in hosts[0]["figures"]["net"] and hosts[1]["figures"] == {}

@@ -14,6 +14,11 @@ job.json that `status` does not list either is refused at once, naming the runs 
 
 A poll over a dead connection ends within ssh's ServerAliveInterval x ServerAliveCountMax
 (ansible.cfg); the action then drops the connection and retries until `reconnect` runs out.
+
+With `page` (the run's directory on the controller), it rewrites the run's page there
+(index.html and status.json: filter_plugins/page.py) every page.REFRESH seconds and once the
+job ended, from `status` --run on the launch host; a page that cannot be read or written is a
+warning, never the job's end.
 """
 
 import json
@@ -26,7 +31,10 @@ from ansible.module_utils.common.text.converters import to_bytes, to_text
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
+
 display = Display()
+page = load("roles/launch/filter_plugins/page.py")
 
 ENDED = ("finished", "failed", "stopped", "lost")
 SEPARATOR = b"--- mlx-cluster log ---"
@@ -63,7 +71,7 @@ def _attempt(job):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _VALID_ARGS = frozenset(("log", "job", "status", "interval", "label", "reconnect"))
+    _VALID_ARGS = frozenset(("log", "job", "status", "interval", "label", "reconnect", "page"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -78,7 +86,7 @@ class ActionModule(ActionBase):
 
         start = time.monotonic()
         offset, pending, lines, job, shown, seen = 0, b"", 0, {}, None, b""
-        last_contact = time.monotonic()
+        last_contact, paged = time.monotonic(), float("-inf")  # the first page at once
         while True:
             try:
                 seen, rows, size, data = self._poll(args["job"], args["log"], args["status"],
@@ -106,7 +114,11 @@ class ActionModule(ActionBase):
             lines += len(complete)
             self._announce(label, shown, job)
             shown = job
-            if job.get("state") in ENDED:
+            ended = job.get("state") in ENDED
+            if args.get("page") and (ended or time.monotonic() - paged >= page.REFRESH):
+                paged = time.monotonic()
+                self._page(args["page"], [*args["status"], "--run", run], label)
+            if ended:
                 break
         if pending:
             display.display(f"[{label}] {to_text(pending, errors='surrogate_or_replace')}")
@@ -150,6 +162,17 @@ class ActionModule(ActionBase):
         size, _, data = rest.partition(b"\n")
         return (head[:-1] if head.endswith(b"\n") else head, _job(rows, None),
                 int(size.strip() or 0), data)
+
+    def _page(self, run_dir, status, label):
+        """Rewrite the run's page from `status` (supervisor.py status --run RUN --json)."""
+        try:
+            res = self._low_level_execute_command(" ".join(map(shlex.quote, status)),
+                                                  sudoable=False)
+            rows = json.loads(res["stdout"]) if res["rc"] == 0 else None
+            if rows:
+                page.write_page(run_dir, rows[0])
+        except (AnsibleConnectionFailure, OSError, ValueError) as error:
+            display.warning(f"could not update the run's page from {label}: {error}")
 
     @staticmethod
     def _announce(label, before, job):

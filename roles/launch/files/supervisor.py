@@ -69,6 +69,25 @@ MPI_EXIT = re.compile(r"Process name:\s*\[[^\n]*,(\d+)\]\s*\n\s*Exit code:\s*(\d
 # mlx.launch (ring), which itself exits 0: "Node with rank 1 exited with code 255" / "was killed".
 RING_EXIT = re.compile(r"Node with rank (\d+) (?:exited with code (\d+)|was killed)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+METRIC_POINTS = 500  # train records status --run gives at most (a page's curve)
+# What status --run reads of each host besides the heartbeats: its memory, GPU and power, and
+# the bytes each interface moved, as "--- name" sections of raw output, read by the
+# controller's filters (roles/launch/filter_plugins/page.py). Commands macOS ships, no sudo.
+FIGURES = """echo '--- figures'
+if [ "$(uname)" = Darwin ]; then
+  echo '--- memsize'; sysctl -n hw.memsize
+  echo '--- vm_stat'; vm_stat
+  echo '--- wired_limit_mb'; sysctl -n iogpu.wired_limit_mb
+  echo '--- therm'; pmset -g therm
+  echo '--- batt'; pmset -g batt
+  echo '--- netstat'; netstat -ib
+else
+  echo '--- meminfo'; cat /proc/meminfo
+  echo '--- addresses'; ip -o -4 addr show
+  echo '--- net'; cd /sys/class/net && for i in *; do
+    echo "$i $(cat "$i/statistics/rx_bytes") $(cat "$i/statistics/tx_bytes")"; done
+fi 2>/dev/null
+"""
 REMOTE_EVERY = 5  # seconds between reads of other hosts' heartbeats (one ssh per host)
 # Phases whose work has no steady unit of progress: a model load (or download) and a checkpoint
 # write get the startup timeout in all; training and evaluation the stall timeout per step or
@@ -280,24 +299,38 @@ def by_address(hosts):
     return found
 
 
-def read_host(address, files):
+def read_host(address, files, figures=False):
     """([each heartbeat file's JSON, or None], {pid: ps state}, seconds the host's clock is
-    ahead of this one's) from a host, or None when ssh cannot reach it."""
+    ahead of this one's, {FIGURES' section: its raw text} if figures) from a host, or None when
+    ssh cannot reach it."""
     script = "date +%s\n" + "".join(
         f"printf 'hb %s\\n' \"$(cat {shlex.quote(str(f))} 2>/dev/null)\"\n" for f in files
-    ) + "ps -A -o pid= -o stat=\n"
+    ) + "ps -A -o pid= -o stat=\n" + (FIGURES if figures else "")
     asked = time.time()
     code, out = on_host(address, script)
     if code is None or (address != "local" and code == 255):
         return None
+    out, _, figured = out.partition("--- figures\n")
     clock, *lines = out.splitlines() or [""]
     try:  # whole seconds, read somewhere in the round trip: the 5 s margin of this_launch covers it
-        ahead = int(clock) - (asked + time.time()) / 2
+        ahead = 0.0 if address == "local" else int(clock) - (asked + time.time()) / 2
     except ValueError:
         ahead = 0.0
     beats = [parse_json(line[3:]) for line in lines[:len(files)]]
     states = dict(line.split(None, 1) for line in lines[len(files):] if line.strip())
-    return beats + [None] * (len(files) - len(beats)), states, ahead
+    return beats + [None] * (len(files) - len(beats)), states, ahead, sections(figured)
+
+
+def sections(text):
+    """{name: text} of the "--- name" sections of FIGURES' output."""
+    found, name = {}, None
+    for line in text.splitlines(keepends=True):
+        if line.startswith("--- "):
+            name = line[4:].strip()
+            found[name] = ""
+        elif name:
+            found[name] += line
+    return found
 
 
 class Watch:
@@ -710,7 +743,7 @@ class Supervisor:
             elif not remote or not (read := read_host(address, [beat_file(h) for h in hosts])):
                 continue
             else:
-                beats, _, ahead = read
+                beats, _, ahead, _ = read
             for h, beat in zip(hosts, beats, strict=True):
                 if self.this_launch(beat, ahead):
                     self.watches[h["rank"]].see(beat, now)
@@ -816,7 +849,7 @@ class Supervisor:
                 evidence += [(4, 0, h["rank"], f"host {address} unreachable over ssh")
                              for h in hosts]
                 continue
-            beats, states, ahead = read
+            beats, states, ahead, _ = read
             for h, beat in zip(hosts, beats, strict=True):
                 evidence.append(self.judge_rank(h["rank"], beat if self.this_launch(beat, ahead)
                                                 else None, states))
@@ -1052,35 +1085,61 @@ def state_of(job):
 
 
 def rank_beats(rank_plan):
-    """Each rank's heartbeat as its host has it: [{"rank", "host", "reached" (false: ssh could
-    not reach the host), "phase", "step", "age" (seconds since it was written, by its host's
-    clock)}], phase, step and age None without one."""
-    ranks = []
+    """(ranks, hosts): each rank's heartbeat as its host has it, [{"rank", "host", "reached"
+    (false: ssh could not reach the host), "phase", "step", "age" (seconds since it was written,
+    by its host's clock)}], phase, step and age None without one; and each host's figures,
+    [{"host", "mpi_address", "reached", "figures": {FIGURES' section: raw text}}]."""
+    ranks, figures = [], []
     for address, hosts in by_address(rank_plan).items():
-        files = [beat_file(h) for h in hosts]
-        read = ([read_json(f) for f in files], {}, 0.0) if address == "local" else (
-            read_host(address, files))
-        beats, _, ahead = read or ([None] * len(hosts), {}, 0.0)
+        read = read_host(address, [beat_file(h) for h in hosts], figures=True)
+        beats, _, ahead, found = read or ([None] * len(hosts), {}, 0.0, {})
+        figures.append({"host": hosts[0]["host"], "mpi_address": hosts[0].get("mpi_address"),
+                        "reached": read is not None, "figures": found})
         for h, beat in zip(hosts, beats, strict=True):
             beat = beat or {}
             age = time.time() + ahead - beat["time"] if "time" in beat else None
             ranks.append({"rank": h["rank"], "host": h["host"], "reached": read is not None,
                           "phase": beat.get("phase"), "step": beat.get("step"),
                           "age": None if age is None else round(max(age, 0.0), 1)})
-    return sorted(ranks, key=lambda r: r["rank"])
+    return sorted(ranks, key=lambda r: r["rank"]), figures
+
+
+def metric_points(path, most=METRIC_POINTS):
+    """metrics.jsonl's records, the train ones thinned evenly to at most `most` (the last kept):
+    what a page draws, in one read of the launch host, however long the run."""
+    records = [parse_json(line) for line in read_lines(path)]
+    records = [r for r in records if isinstance(r, dict)]
+    train = [r for r in records if r.get("kind") == "train"]
+    every = -(-len(train) // most)
+    kept = {id(r) for r in train[::every][:most - 1] + train[-1:]} if train else set()
+    return [r for r in records if r.get("kind") != "train" or id(r) in kept]
+
+
+def read_lines(path):
+    try:
+        return Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def details(job, run_dir):
+    """What status --run adds to a run's row: its ranks, its hosts (rank_beats) and metrics."""
+    ranks, hosts = rank_beats(job["rank_hosts"])
+    return {"ranks": ranks, "hosts": hosts, "metrics": metric_points(run_dir / "metrics.jsonl")}
 
 
 def status(args):
     rows = []
     found = args.runs_dir.iterdir() if args.runs_dir.is_dir() else []  # no run yet
-    for run_dir in sorted(p for p in found if p.is_dir() and args.run in (None, p.name)):
+    for run_dir in sorted(p for p in found if p.is_dir() and (args.run is None
+                                                              or p.name in args.run)):
         job = read_json(run_dir / "job.json")
         if job:
             state, reason = state_of(job)
             # A lost job whose launcher runs on still holds its hosts: no other job starts.
             rows.append({**job, "state": state, "reason": reason,
                          "launcher_running": running(job, "launcher")}
-                        | ({"ranks": rank_beats(job["rank_hosts"])} if args.run else {}))
+                        | (details(job, run_dir) if args.run and args.json else {}))
     if args.json:
         print(json.dumps(rows, indent=1))
     for job in [] if args.json else rows:
@@ -1219,8 +1278,9 @@ def parser():
     s = sub.add_parser("status", help="one line per run: name, state, step/steps, restarts, reason")
     s.add_argument("--runs-dir", type=Path, required=True)
     s.add_argument("--json", action="store_true")
-    s.add_argument("--run", metavar="NAME", help="only this run; with --json, each rank's "
-                   "heartbeat too (its host, phase, step and age; other hosts' over ssh)")
+    s.add_argument("--run", metavar="NAME", action="append", help="only this run (repeated: "
+                   "these runs); with --json, each rank's heartbeat (its host, phase, step and "
+                   "age; other hosts' over ssh), each host's figures and the metrics too")
     s.set_defaults(func=status)
     s = sub.add_parser("check", help="the job's options (start's) settled with their defaults, "
                        "as JSON; starts nothing")

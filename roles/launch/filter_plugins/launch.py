@@ -711,7 +711,7 @@ def _table(header, rows):
             .rstrip() for cells in [header, *rows]]
 
 
-def _duration(seconds):
+def duration(seconds):
     """4 s, 12m 05s, 3h 20m."""
     seconds = round(seconds)
     if seconds < 60:
@@ -721,12 +721,17 @@ def _duration(seconds):
     return f"{seconds // 3600}h {seconds // 60 % 60:02d}m"
 
 
-def _eta(job):
-    """The time the steps left take at the median step time, while the job runs."""
+def eta_seconds(job):
+    """Seconds the steps left take at the median step time while the job runs, else None."""
     if job["state"] not in ("starting", "running") or not job.get("step_seconds") or (
-            not job["steps"]):
-        return "-"
-    return _duration((job["steps"] - (job["last_step"] or 0)) * job["step_seconds"])
+            not job.get("steps")):
+        return None
+    return (job["steps"] - (job["last_step"] or 0)) * job["step_seconds"]
+
+
+def _eta(job):
+    eta = eta_seconds(job)
+    return "-" if eta is None else duration(eta)
 
 
 def launch_status_table(runs, run=None):
