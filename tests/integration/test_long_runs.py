@@ -277,6 +277,16 @@ def test_ctrl_c_detaches_attach_follows_stop_checkpoints(vc, tmp_path):
     assert {r["host"] for r in row["ranks"]} == {h.name for h in vc.hosts}
     assert all(r["phase"] in ("training", "checkpointing") and r["age"] < STALL
                for r in row["ranks"]), row
+    # Its page beside it, live: every rank's row, each host's memory and its job interface's
+    # bytes, read on the host (tests/train/test_supervisor.py opens a page in Chromium).
+    view = json.loads((tmp_path / "runs" / "detached" / "status.json").read_text())
+    assert view["live"] and [(r["rank"], r["host"]) for r in view["ranks"]] == [
+        (r["rank"], r["host"]) for r in row["ranks"]]
+    assert sorted(h["host"] for h in view["hosts"]) == sorted(h.name for h in vc.hosts)
+    assert all(h["memory"]["available"] and [i for i in h["interfaces"] if i["job"] and i["rx"]]
+               for h in view["hosts"]), view["hosts"]
+    assert '<meta http-equiv="refresh"' in (tmp_path / "runs" / "detached" / "index.html"
+                                            ).read_text()
 
     # Each play gets its own runner directory: ansible-runner keeps a directory's extra vars.
     stop, out = train(vc, tmp_path / "stop", "detached", stop="detached")
@@ -287,6 +297,9 @@ def test_ctrl_c_detaches_attach_follows_stop_checkpoints(vc, tmp_path):
         stop.stdout)
     latest = sorted((out / "checkpoints").glob("step_*"))[-1]
     assert latest.name == f"step_{stopped['step']:08d}"
+    view = json.loads((out / "status.json").read_text())  # the page the stop followed to its end
+    assert not view["live"] and view["events"][-1]["what"] == "stopped", view["events"]
+    assert "http-equiv" not in (out / "index.html").read_text()
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
     host = vc.hosts[0]
     left = vc.run(host, "ls mlx-cluster/runs/detached", user=host.user).stdout.split()

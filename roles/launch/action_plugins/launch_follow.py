@@ -171,8 +171,8 @@ class ActionModule(ActionBase):
             rows = json.loads(res["stdout"]) if res["rc"] == 0 else None
             if rows:
                 page.write_page(run_dir, rows[0])
-        except (AnsibleConnectionFailure, OSError, ValueError) as error:
-            display.warning(f"could not update the run's page from {label}: {error}")
+        except Exception as error:  # the page is for people: it never ends the follow
+            display.warning(f"could not update the run's page from {label}: {error!r}")
 
     @staticmethod
     def _announce(label, before, job):
