@@ -1,5 +1,8 @@
 """roles/launch/action_plugins/launch_follow.py: the followed job as the supervisor judges it."""
 
+import json
+from types import SimpleNamespace
+
 import pytest
 from ansible.errors import AnsibleActionFail
 
@@ -22,3 +25,21 @@ def test_an_unknown_run_is_refused_naming_the_runs_there():
         follow._judged({}, [RUNNING, {**RUNNING, "run": "s"}], "nope", "a")
     with pytest.raises(AnsibleActionFail, match="its runs: none"):
         follow._judged({}, [], "nope", "a")
+
+
+def test_the_page_is_written_from_status_and_a_failure_never_ends_the_follow(tmp_path):
+    answers = iter([{"rc": 0, "stdout": "[]"}, {"rc": 0, "stdout": "not json"},
+                    {"rc": 0, "stdout": json.dumps([{"run": "r", "state": "finished"}])}])
+    asked = []
+
+    def execute(command, sudoable):
+        asked.append(command)
+        return next(answers)
+
+    fake = SimpleNamespace(_low_level_execute_command=execute)
+    for _ in range(3):
+        follow.ActionModule._page(fake, tmp_path / "r", ["py", "sup.py", "status", "--json",
+                                                         "--run", "r"], "h0")
+    assert asked == ["py sup.py status --json --run r"] * 3
+    view = json.loads((tmp_path / "r" / "status.json").read_text())
+    assert view["state"] == "finished" and not view["live"]
