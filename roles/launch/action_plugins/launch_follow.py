@@ -86,7 +86,7 @@ class ActionModule(ActionBase):
 
         start = time.monotonic()
         offset, pending, lines, job, shown, seen = 0, b"", 0, {}, None, b""
-        last_contact, paged = time.monotonic(), float("-inf")  # the first page at once
+        last_contact = paged = time.monotonic()  # a job of seconds gets its final page only
         while True:
             try:
                 seen, rows, size, data = self._poll(args["job"], args["log"], args["status"],
