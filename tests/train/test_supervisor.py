@@ -238,7 +238,8 @@ def assert_pages(tmp_path, stalled, judged, ended, frozen):
     dom = browse(tmp_path / "judged" / "index.html")
     suspect = f"rank 1 on h1: process {frozen} is stopped (state T"
     assert re.search(rf'<span id="suspect">suspect: {re.escape(suspect)}', dom)
-    assert row(dom, "ranks", 1)[0][5] == "suspect" and row(dom, "ranks", 0)[0][5] == ""
+    # (stalled too, or not: the launcher's end may let the stopped rank run and beat once)
+    assert "suspect" in row(dom, "ranks", 1)[0][5] and "suspect" not in row(dom, "ranks", 0)[0][5]
     timeline = re.search(r'<table id="events">(.*?)</table>', dom, re.S)[1]
     assert f"<td>stall</td><td>suspect: {suspect}" in timeline and "<td>restart</td>" in timeline
     assert [e["what"] for e in judged["events"]] == ["started", "stall", "restart"]

@@ -72,6 +72,7 @@ def test_macos_memory_gpu_power_and_interfaces_from_real_outputs():
         "interfaces": [{"name": "en0", "rx": 0, "tx": 836, "job": False},
                        {"name": "en1", "rx": 13047081883, "tx": 6652036717, "job": True}]}
     assert page.pmset_batt(BATT_AC) == "AC Power"
+    assert [page._size(n) for n in (836, 13047081883, None)] == ["836 B", "13.0 GB", "-"]
     # the same sample throttled (a limit under 100): its words are shown
     assert page.pmset_therm(THERM.replace("Speed_Limit \t= 100", "Speed_Limit \t= 60")) == (
         "CPU_Speed_Limit 60")

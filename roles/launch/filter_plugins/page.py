@@ -168,11 +168,11 @@ def _size(n):
     """Bytes as people read them: 512 B, 3.2 MB, 64.0 GB."""
     if n is None:
         return "-"
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.0f} B" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
-    return None
+    return f"{n:.1f} TB"
 
 
 def _number(value):
@@ -185,8 +185,8 @@ def _clock(at):
 
 
 def chart(name, series, log=False):
-    """An SVG line chart: series [(label, css class, [(x, y)], dots)]; y on a log scale if log
-    (and every y positive); "no points yet" without any."""
+    """An SVG line chart: series [(label, css class, [(x, y)], dots: each point a dot too)]; y
+    on a log scale if log (points at y <= 0 left out); "no points yet" without any."""
     keep = [(label, cls, [(x, y) for x, y in points if y is not None and (y > 0 or not log)], dots)
             for label, cls, points, dots in series]
     every = [p for _, _, points, _ in keep for p in points]
@@ -205,10 +205,10 @@ def chart(name, series, log=False):
 
     parts = []
     for label, cls, points, dots in keep:
-        if dots:
+        if dots or len(points) == 1:  # a line needs two points
             parts += ['<circle class="{}" cx="{:.1f}" cy="{:.1f}" r="3">'.format(cls, *at(x, y))
                       + f"<title>{label} {y:.4g} at step {x}</title></circle>" for x, y in points]
-        if len(points) > 1 or not dots:
+        if len(points) > 1:
             line = " ".join("{:.1f},{:.1f}".format(*at(x, y)) for x, y in points)
             parts.append(f'<polyline class="{cls}" points="{line}"><title>{label}</title>'
                          "</polyline>")
