@@ -21,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from benchmarks.cluster import set_up_cluster, write_results
-from benchmarks.launch_overhead import LIBMPI, VERSION, as_user, mpi_filters
+from benchmarks.launch_overhead import LIBMPI, VERSION, as_user, mpi
 from tools.playbook import run_playbook
 
 RESULTS = Path(__file__).parent / "results" / "grad_sync.md"
@@ -69,17 +69,18 @@ def stock(vc, workdir, seconds, tag):
     return found
 
 
-def ours(vc, dtype, backend, rounds, what="average"):
+def ours(vc, dtype, backend, rounds, what="average", np=3, mpi_args=None):
     """(fastest, median) of train's average on bridge0 (what="all_sum": a stock all-reduce of one
     64 MiB array, in a process set up as train sets itself up): under mpirun with train.yml's
-    flags, or with the ring backend on every host at once (MLX_RANK, bench.yml's ring
-    hostfile)."""
+    flags on the hostfile's first np hosts (mpi_args: its flags after them), or with the ring
+    backend on every host at once (MLX_RANK, bench.yml's ring hostfile)."""
     for host in vc.hosts:  # each host has its own /tmp: the script goes to every home
         vc.run(host, "cat >average.py", user=host.user, input=AVERAGE)
     script = ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds), backend, what]
     if backend == "mpi":
-        argv = mpi_filters().mpirun_argv("/usr/bin/mpirun", "mlx-cluster/hostfile", 3, VERSION,
-                                         interface="bridge0", env={"MLX_MPI_LIBNAME": LIBMPI})
+        argv = mpi.mpirun_argv("/usr/bin/mpirun", "mlx-cluster/hostfile", np, VERSION,
+                               interface="bridge0", env={"MLX_MPI_LIBNAME": LIBMPI},
+                               extra_args=mpi_args)
         lines = [f"cd && {shlex.join(argv + script)}"]
     else:
         lines = [f"cd && MLX_RANK={rank} MLX_HOSTFILE=mlx-cluster/bench/ring-thunderbolt.json "
