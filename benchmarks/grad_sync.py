@@ -31,12 +31,14 @@ import json, sys, time
 import mlx.core as mx
 from train import distributed, loop
 dtype, rounds, backend, what = getattr(mx, sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+if backend == "mpi":
+    distributed.choose_openmpi_allreduce()  # as train does, unless mpirun set coll_tuned_*
 group = mx.distributed.init(strict=True, backend=backend)
 if what == "average":
     grads = {f"layer{i}": mx.ones((1 << 20,)) * (group.rank() + 1) for i in range(16)}  # 64 MiB
     run = lambda: distributed.average_gradients(grads, group, 32 << 20, dtype)
-else:  # the stock all-reduce of one 64 MiB array, with train's buffer cache
-    grads = mx.ones((16 << 20,), dtype=dtype)
+else:  # the stock all-reduce of one array (64 MiB of float32 in main), with train's buffer cache
+    grads = mx.ones((int(sys.argv[5]),), dtype=dtype)
     run = lambda: mx.distributed.all_sum(grads, group=group)
 mx.eval(grads)
 times = []
@@ -69,14 +71,15 @@ def stock(vc, workdir, seconds, tag):
     return found
 
 
-def ours(vc, dtype, backend, rounds, what="average", np=3, mpi_args=None):
+def ours(vc, dtype, backend, rounds, what="average", np=3, mpi_args=None, elements=16 << 20):
     """(fastest, median) of train's average on bridge0 (what="all_sum": a stock all-reduce of one
-    64 MiB array, in a process set up as train sets itself up): under mpirun with train.yml's
-    flags on the hostfile's first np hosts (mpi_args: its flags after them), or with the ring
-    backend on every host at once (MLX_RANK, bench.yml's ring hostfile)."""
+    array of that many elements, in a process set up as train sets itself up): under mpirun
+    with train.yml's flags on the hostfile's first np hosts (mpi_args: its flags after them), or
+    with the ring backend on every host at once (MLX_RANK, bench.yml's ring hostfile)."""
     for host in vc.hosts:  # each host has its own /tmp: the script goes to every home
         vc.run(host, "cat >average.py", user=host.user, input=AVERAGE)
-    script = ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds), backend, what]
+    script = ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds), backend, what,
+              str(elements)]
     if backend == "mpi":
         argv = mpi.mpirun_argv("/usr/bin/mpirun", "mlx-cluster/hostfile", np, VERSION,
                                interface="bridge0", env={"MLX_MPI_LIBNAME": LIBMPI},

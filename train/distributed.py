@@ -13,6 +13,14 @@ from mlx.utils import tree_flatten, tree_map, tree_unflatten
 
 # What each launcher tells its processes about the world size.
 SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MLX_WORLD_SIZE")
+# Open MPI's all-reduce by message size, as rules for its tuned collectives (the format Open
+# MPI 4 and 5 both read: 1 collective, the all-reduce (2), for communicators from 2 ranks, 2
+# message sizes; from each, an algorithm). Below 1 MiB Open MPI's own choice (0), whose fewer
+# steps were up to 4x faster there; from 1 MiB its ring (4), which moves 2(n-1)/n of the message
+# through each rank's link, the least there is: a 64 MiB gradient on 3 and 4 ranks took 1.1-1.3x
+# that time on the wire, against 2-3.4x with Open MPI's own choice
+# (benchmarks/results/mpi_allreduce-1gbit.md).
+OPENMPI_RULES = Path(__file__).with_name("openmpi-allreduce.rules")
 
 
 def launcher_sizes():
@@ -25,15 +33,28 @@ def launcher_sizes():
 
 
 def init():
-    """The world group: strict under a launcher, so that failing to join it is an error."""
+    """The world group: strict under a launcher, so that failing to join it is an error. Under
+    mpirun, Open MPI's all-reduce follows OPENMPI_RULES."""
     sizes = launcher_sizes()
     if all(size == 1 for size in sizes.values()):  # no launcher, or a world of one process
         return mx.distributed.init()
+    if "OMPI_COMM_WORLD_SIZE" in sizes:
+        choose_openmpi_allreduce()
     try:
         return mx.distributed.init(strict=True)
     except RuntimeError as e:
         raise SystemExit(f"train: error: launched as one of {max(sizes.values())} processes "
                          f"({_describe(sizes)}) but MLX could not join them: {e}") from None
+
+
+def choose_openmpi_allreduce():
+    """Open MPI reads its parameters from the environment when MLX starts it: OPENMPI_RULES,
+    unless the launch set any of its tuned collectives' parameters (mpirun --mca coll_tuned_...
+    reaches each rank as OMPI_MCA_coll_tuned_...; train.yml's mpi_extra_args), which then
+    decide alone."""
+    if not any(key.startswith("OMPI_MCA_coll_tuned_") for key in os.environ):
+        os.environ.update(OMPI_MCA_coll_tuned_use_dynamic_rules="1",
+                          OMPI_MCA_coll_tuned_dynamic_rules_filename=str(OPENMPI_RULES))
 
 
 def check_size(group):

@@ -1,10 +1,15 @@
 """Real `mpirun -np 2` on this machine: two ranks train the same model as one process, only
-rank 0 writes or prints, and a world that is not the launcher's size stops the run."""
+rank 0 writes or prints, and a world that is not the launcher's size stops the run; Open MPI's
+all-reduce follows train's rules unless the launch chose."""
 
 import os
+import re
+import subprocess
 
 import numpy as np
 import pytest
+
+from train import distributed
 
 from .conftest import final_weights, metrics, mpirun_cmd, needs_mpirun, run, summary, train_cmd
 
@@ -76,3 +81,39 @@ def test_world_size_mismatch_stops_every_rank(tmp_path):
     assert result.returncode != 0
     assert "MLX world size is 2 but the launcher said MLX_WORLD_SIZE=3" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_openmpi_rules_keep_small_messages_on_open_mpis_choice_and_large_ones_on_its_ring():
+    numbers = [[int(n) for n in line.split()] for line in
+               distributed.OPENMPI_RULES.read_text().splitlines()]
+    # 1 collective: the all-reduce (2), 1 communicator size: from 2 ranks, 2 message sizes, each
+    # [bytes, algorithm, topology, segment]: Open MPI needs a rule from 0 bytes (else it ignores
+    # the file).
+    assert numbers == [[1], [2], [1], [2], [2], [0, 0, 0, 0], [1 << 20, 4, 0, 0]]
+    # The installed Open MPI's numbers for them (its own choice is 0 in rules, "ignore" forced).
+    listed = subprocess.run(["ompi_info", "--param", "coll", "tuned", "--level", "9"],
+                            capture_output=True, text=True, check=True).stdout
+    names = re.search(r'"coll_tuned_allreduce_algorithm".*?Valid values: ([^\n]*)', listed,
+                      re.DOTALL).group(1)
+    assert '0:"ignore"' in names and '4:"ring"' in names, names
+
+
+def tuned_parameters():
+    return {k: v for k, v in os.environ.items() if k.startswith("OMPI_MCA_coll_tuned_")}
+
+
+def test_train_chooses_open_mpis_allreduce_unless_the_launch_did(monkeypatch):
+    for key in tuned_parameters():
+        monkeypatch.delenv(key)
+    distributed.choose_openmpi_allreduce()
+    assert tuned_parameters() == {
+        "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+        "OMPI_MCA_coll_tuned_dynamic_rules_filename": str(distributed.OPENMPI_RULES)}
+    assert distributed.OPENMPI_RULES.is_absolute()  # each rank's working directory differs
+
+    # mpirun --mca coll_tuned_use_dynamic_rules 0 (train.yml's mpi_extra_args): Open MPI's own.
+    for key in tuned_parameters():
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "0")
+    distributed.choose_openmpi_allreduce()
+    assert tuned_parameters() == {"OMPI_MCA_coll_tuned_use_dynamic_rules": "0"}

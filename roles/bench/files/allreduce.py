@@ -43,6 +43,10 @@ class Mlx:
         import mlx.core as mx
 
         self.mx, self.dtype = mx, getattr(mx, dtype)
+        if backend == "mpi":  # Open MPI's all-reduce as train chooses it (mpi4py keeps its own)
+            from train import distributed
+
+            distributed.choose_openmpi_allreduce()
         self.group = mx.distributed.init(strict=True, backend=backend)
         self.rank, self.size = self.group.rank(), self.group.size()
 

@@ -1,0 +1,114 @@
+"""Open MPI's all-reduce algorithm against the wire: train's average of a 64 MiB gradient over
+MLX mpi with Open MPI's own choice, with train's rules, and with algorithms its tuned collectives
+can be forced to, on 3 and 4 ranks, float32 and bfloat16 on the wire, all in one run.
+
+    sudo .venv/bin/python -m benchmarks.mpi_allreduce [--rounds 10] [--passes 3] [--rate 1gbit]
+        [--ranks 3,4] [--choices own,train,ring]
+
+A 4-host virtual cluster (one rank each) is set up with setup.yml, bridge0 shaped to --rate (tc
+tbf) so that the link, not this machine's 2 cores, bounds the transfer. Each configuration runs
+train.distributed.average_gradients as grad_sync does (16 tensors of 4 MiB, 32 MiB buckets) under
+mpirun with train.yml's flags on the hostfile's first 3 or 4 hosts, plus its own. The floor: a
+ring all-reduce of S bytes on n ranks moves 2(n-1)/n x S through each rank's link, at --rate.
+Small messages (one all-reduce of 4 KiB and of 256 KiB, float32) show what each choice costs
+where latency, not the link, counts.
+Writes benchmarks/results/mpi_allreduce-<rate>.md.
+"""
+
+import argparse
+import re
+import statistics
+from pathlib import Path
+
+from benchmarks.cluster import set_up_cluster, write_results
+from benchmarks.grad_sync import MiB, ours
+
+RESULTS = Path(__file__).parent / "results" / "mpi_allreduce.md"
+GRADIENT = 64 * MiB  # float32; bfloat16 on the wire halves it
+SMALL = (4 << 10, 256 << 10)  # bytes of float32
+TUNED = ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm"]
+# name: (what the report calls it, mpirun's flags). Any coll_tuned_* flag makes train's rules
+# step aside (train.distributed.choose_openmpi_allreduce), as it does for a user's.
+CHOICES = {
+    "own": ("Open MPI's own choice (--mca coll_tuned_use_dynamic_rules 0)",
+            ["--mca", "coll_tuned_use_dynamic_rules", "0"]),
+    "train": ("train's rules: ring (4) from 1 MiB, Open MPI's own choice below", []),
+    "ring": ("ring (4) for every size", [*TUNED, "4"]),
+    "segmented-ring": ("segmented ring (5), 1 MiB segments, for every size", [
+        *TUNED, "5", "--mca", "coll_tuned_allreduce_algorithm_segmentsize", str(MiB)]),
+    "rabenseifner": ("rabenseifner (6) for every size", [*TUNED, "6"]),
+}
+
+
+def bits_per_second(rate):
+    """tc's rate ('1gbit', '500mbit') in bits per second."""
+    number, unit = re.fullmatch(r"([\d.]+)([kmg]?)bit", rate).groups()
+    return float(number) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[unit]
+
+
+def floor_seconds(size, ranks, rate):
+    """A ring all-reduce's time on the wire: 2(n-1)/n x size bytes through each rank's link."""
+    return 2 * (ranks - 1) / ranks * size * 8 / bits_per_second(rate)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--rate", default="1gbit", help="shape bridge0 to this tc rate")
+    parser.add_argument("--ranks", default="3,4", help="rank counts, e.g. 3,4")
+    parser.add_argument("--choices", default="own,train,ring",
+                        help=f"comma-separated, of {','.join(CHOICES)}")
+    args = parser.parse_args()
+    ranks = [int(n) for n in args.ranks.split(",")]
+    choices = dict(CHOICES[name] for name in args.choices.split(","))
+    rows = {}  # (ranks, what, choice) -> [(fastest, median) per pass]
+    with set_up_cluster(hosts=max(ranks), shape=f"bridge0={args.rate}") as (vc, _):
+        # Alternate the choices within each pass, so that a slow spell of the machine hits all.
+        for _ in range(args.passes):
+            for n in ranks:
+                for dtype in ("float32", "bfloat16"):
+                    for name, flags in choices.items():
+                        rows.setdefault((n, dtype, name), []).append(
+                            ours(vc, dtype, "mpi", args.rounds, np=n, mpi_args=flags))
+                for size in SMALL:
+                    for name, flags in choices.items():
+                        rows.setdefault((n, size, name), []).append(
+                            ours(vc, "float32", "mpi", args.rounds * 5, "all_sum", n, flags,
+                                 size // 4))
+
+    best = {key: (min(t[0] for t in times), statistics.median(t[1] for t in times))
+            for key, times in rows.items()}
+    lines = [
+        f"# Open MPI's all-reduce against the wire (bridge0 shaped to {args.rate})",
+        "",
+        f"{max(ranks)} virtual hosts (one rank each, the first n of them) on the shared 2-core",
+        f"machine, bridge0 (veth) shaped to {args.rate} with tc tbf. Train:",
+        "train.distributed.average_gradients of 16 tensors of 4 MiB in 32 MiB buckets (64 MiB of",
+        "float32; bfloat16 on the wire sends half), under mpirun with train.yml's flags (MLX mpi,",
+        "Open MPI 4.1.4) and each choice's own, in a process set up as train sets itself up.",
+        "Floor: 2(n-1)/n x the bytes on the wire at the shaped rate (a ring all-reduce's traffic",
+        "through each rank's link). Small: one all-reduce",
+        f"of that many bytes of float32, {args.rounds * 5} rounds. {args.passes} alternating",
+        f"passes of {args.rounds} rounds; fastest round over all, median of the passes' medians.",
+        "",
+        f"Command: `sudo .venv/bin/python -m benchmarks.mpi_allreduce --rounds {args.rounds} "
+        f"--passes {args.passes} --rate {args.rate} --ranks {args.ranks} --choices {args.choices}`",
+        "",
+        "| ranks | on the wire | Open MPI's all-reduce | fastest ms | median ms | floor ms "
+        "| fastest / floor | median / floor |",
+        "|---:|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for (n, what, name), (fast, median) in best.items():
+        if isinstance(what, str):
+            floor = floor_seconds(GRADIENT // (2 if what == "bfloat16" else 1), n, args.rate)
+            lines.append(f"| {n} | {what} | {name} | {fast * 1e3:.0f} | {median * 1e3:.0f} | "
+                         f"{floor * 1e3:.0f} | {fast / floor:.2f}x | {median / floor:.2f}x |")
+        else:
+            lines.append(f"| {n} | {what >> 10} KiB (small) | {name} | {fast * 1e3:.2f} | "
+                         f"{median * 1e3:.2f} | | | |")
+    write_results(RESULTS.with_stem(f"mpi_allreduce-{args.rate}"), lines)
+
+
+if __name__ == "__main__":
+    main()
