@@ -156,6 +156,20 @@ def test_markdown_has_links_sizes_failures_and_verdict():
     assert "backend: **mpi**, network: **thunderbolt**" in md
 
 
+def test_markdown_sets_each_configuration_against_the_floor_of_its_networks_slowest_link():
+    links = [{"network": "thunderbolt", "a": "a", "b": "b", "gbps": 2.0},
+             {"network": "thunderbolt", "a": "b", "b": "a", "gbps": 1.0},
+             {"network": "management", "a": "a", "b": "b", "error": "iperf3 not installed on b"}]
+    bf16 = {**run("thunderbolt", "ring", [1e-4, 2e-4, 1e-3, 0.1]), "dtype": "bfloat16"}
+    md = bench.bench_markdown([*RESULTS, bf16], links, bench.bench_recommend(RESULTS))
+    # 2 ranks: each sends the whole 16 MiB at 1 Gbit/s, 134.2 ms; bfloat16 half of it.
+    assert bench.bench_floor_seconds(16 * MiB, 2, 1.0) == pytest.approx(0.1342, rel=1e-3)
+    assert "| MLX mpi @ thunderbolt (bridge0) | 16 MiB | 30.0 | 134.2 | 0.22x |" in md
+    assert "| MLX ring bfloat16 @ thunderbolt (bridge0) | 16 MiB | 100.0 | 67.1 | 1.49x |" in md
+    assert "management (en0) | 16 MiB" not in md  # no iperf3 figure: no floor
+    assert "Against the wire" not in bench.bench_markdown(RESULTS, [], {})
+
+
 NETWORKS = [{"label": "thunderbolt", "interface": "bridge0", "ips": ["a", "b"]},
             {"label": "management", "interface": "en0", "ips": ["c", "d"]}]
 

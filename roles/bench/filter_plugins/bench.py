@@ -120,6 +120,33 @@ def bench_busbw_gbps(nbytes, seconds, ranks):
     return 2 * (int(ranks) - 1) / int(ranks) * int(nbytes) * 8 / float(seconds) / 1e9
 
 
+def bench_floor_seconds(nbytes, ranks, gbps):
+    """The least time an all-reduce of nbytes on the wire can take over links of gbps: a ring
+    moves 2(n-1)/n of the message through each rank's link, and no algorithm moves less."""
+    return 2 * (int(ranks) - 1) / int(ranks) * int(nbytes) * 8 / (float(gbps) * 1e9)
+
+
+def _efficiency_markdown(done, links):
+    """Each configuration's largest all-reduce against the floor at its network's slowest link
+    (iperf3): what the backend leaves of the wire's speed."""
+    slowest = {}
+    for link in (link for link in links if "gbps" in link):
+        slowest[link["network"]] = min(link["gbps"], slowest.get(link["network"], link["gbps"]))
+    rows = []
+    for r in (r for r in done if r["network"] in slowest and int(r["ranks"]) > 1):
+        size, seconds = max(zip(r["sizes"], r["seconds"], strict=True))
+        wire = size // 2 if _dtype(r) == "bfloat16" else size
+        floor = bench_floor_seconds(wire, r["ranks"], slowest[r["network"]])
+        rows.append(f"| {_config(r)} | {_size(size)} | {seconds * 1e3:.1f} | {floor * 1e3:.1f} | "
+                    f"{seconds / floor:.2f}x |")
+    if not rows:
+        return []
+    return ["", "## Against the wire: the largest all-reduce's fastest round and its floor "
+            "(2(n-1)/n of the bytes on the wire through each rank's link, at the network's "
+            "slowest iperf3 link)", "", "| configuration | size | ms | floor ms | time / floor |",
+            "|---|---|---:|---:|---:|", *rows]
+
+
 def _config(result):
     backend = {"mpi": "MLX mpi", "ring": "MLX ring", "mpi4py": "mpi4py"}[result["backend"]]
     links = f" links={result['links']}" if int(result.get("links", 1)) > 1 else ""
@@ -371,6 +398,7 @@ def bench_markdown(results, links, recommendation, candidates=None, trials=None,
     for r in results:
         if r.get("error"):
             lines.append(f"| {_config(r)} | - | failed: {r['error']} |")
+    lines += _efficiency_markdown(done, links)
     lines += ["", "## Recommendation from the all-reduces", ""]
     if recommendation:
         lines += [
@@ -393,6 +421,7 @@ class FilterModule:
         return {
             "bench_advice": bench_advice,
             "bench_busbw_gbps": bench_busbw_gbps,
+            "bench_floor_seconds": bench_floor_seconds,
             "bench_candidates": bench_candidates,
             "bench_hostfile_hosts": bench_hostfile_hosts,
             "bench_iperf3_gbps": bench_iperf3_gbps,
