@@ -168,6 +168,12 @@ def test_markdown_sets_each_configuration_against_the_floor_of_its_networks_slow
     assert "| MLX ring bfloat16 @ thunderbolt (bridge0) | 16 MiB | 100.0 | 67.1 | 1.49x |" in md
     assert "management (en0) | 16 MiB" not in md  # no iperf3 figure: no floor
     assert "Against the wire" not in bench.bench_markdown(RESULTS, [], {})
+    # recommended.yml's comment: the MLX configurations on the network it sets.
+    assert bench.bench_efficiency_note([*RESULTS, bf16], links, "thunderbolt") == (
+        "the 16 MiB all-reduce against the wire's floor: MLX mpi @ thunderbolt (bridge0) 0.22x, "
+        "MLX mpi links=4 @ thunderbolt (bridge0) 0.15x, MLX ring @ thunderbolt (bridge0) 0.19x, "
+        "MLX ring bfloat16 @ thunderbolt (bridge0) 1.49x")
+    assert "no floor" in bench.bench_efficiency_note(RESULTS, links, "management")
 
 
 NETWORKS = [{"label": "thunderbolt", "interface": "bridge0", "ips": ["a", "b"]},

@@ -126,19 +126,39 @@ def bench_floor_seconds(nbytes, ranks, gbps):
     return 2 * (int(ranks) - 1) / int(ranks) * int(nbytes) * 8 / (float(gbps) * 1e9)
 
 
-def _efficiency_markdown(done, links):
-    """Each configuration's largest all-reduce against the floor at its network's slowest link
-    (iperf3): what the backend leaves of the wire's speed."""
+def bench_efficiency(results, links):
+    """Each finished configuration's largest all-reduce against its floor at its network's
+    slowest link (iperf3): [{config, backend, network, size, seconds, floor}], what the backend
+    leaves of the wire's speed; none without an iperf3 figure for the network."""
     slowest = {}
     for link in (link for link in links if "gbps" in link):
         slowest[link["network"]] = min(link["gbps"], slowest.get(link["network"], link["gbps"]))
     rows = []
-    for r in (r for r in done if r["network"] in slowest and int(r["ranks"]) > 1):
+    for r in results:
+        if r.get("error") or r["network"] not in slowest or int(r["ranks"]) < 2:
+            continue
         size, seconds = max(zip(r["sizes"], r["seconds"], strict=True))
         wire = size // 2 if _dtype(r) == "bfloat16" else size
-        floor = bench_floor_seconds(wire, r["ranks"], slowest[r["network"]])
-        rows.append(f"| {_config(r)} | {_size(size)} | {seconds * 1e3:.1f} | {floor * 1e3:.1f} | "
-                    f"{seconds / floor:.2f}x |")
+        rows.append({"config": _config(r), "backend": r["backend"], "network": r["network"],
+                     "size": size, "seconds": seconds,
+                     "floor": bench_floor_seconds(wire, r["ranks"], slowest[r["network"]])})
+    return rows
+
+
+def bench_efficiency_note(results, links, network):
+    """recommended.yml's comment on the wire: each MLX configuration on network, time / floor."""
+    rows = [e for e in bench_efficiency(results, links)
+            if e["network"] == network and e["backend"] != "mpi4py"]
+    if not rows:
+        return "no iperf3 figure for the network: no floor to compare with"
+    return (f"the {_size(rows[0]['size'])} all-reduce against the wire's floor: "
+            + ", ".join(f"{e['config']} {e['seconds'] / e['floor']:.2f}x" for e in rows))
+
+
+def _efficiency_markdown(results, links):
+    rows = [f"| {e['config']} | {_size(e['size'])} | {e['seconds'] * 1e3:.1f} | "
+            f"{e['floor'] * 1e3:.1f} | {e['seconds'] / e['floor']:.2f}x |"
+            for e in bench_efficiency(results, links)]
     if not rows:
         return []
     return ["", "## Against the wire: the largest all-reduce's fastest round and its floor "
@@ -421,6 +441,7 @@ class FilterModule:
         return {
             "bench_advice": bench_advice,
             "bench_busbw_gbps": bench_busbw_gbps,
+            "bench_efficiency_note": bench_efficiency_note,
             "bench_floor_seconds": bench_floor_seconds,
             "bench_candidates": bench_candidates,
             "bench_hostfile_hosts": bench_hostfile_hosts,
