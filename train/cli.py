@@ -27,6 +27,8 @@ WIDTH_MAX = 65536
 BATCH_MAX = 65536
 BUCKET_MAX = 2**40
 NAME_MAX = 4096  # characters of a name or path (Linux's PATH_MAX; macOS's is 1024)
+# mlx-lm model types (config.json's model_type) that --parallel pipeline splits (train/pipeline.py).
+PIPELINE_MODELS = ("llama", "mistral", "qwen2", "qwen3")
 # --report-to choice: the package rank 0 writes with (None: nothing to write).
 TRACKERS = {"none": None, "tensorboard": "tensorboardX"}
 
@@ -175,9 +177,10 @@ def parser():
         "bfloat16 sends half the bytes; weights and optimizer stay float32 (default: "
         "%(default)s)")
     add("--parallel", choices=("data", "pipeline"), help="data: every rank holds the whole "
-        "model and trains on its share of the batch; pipeline (LoRA of a Llama-like mlx-lm "
-        "model): the model's layers are split across the ranks in order, each rank holds and "
-        "trains only its own, for a model bigger than one host (default: %(default)s)")
+        "model and trains on its share of the batch; pipeline (LoRA of an mlx-lm "
+        f"{', '.join(PIPELINE_MODELS)} model): the model's layers are split across the ranks in "
+        "order, each rank holds and trains only its own, for a model bigger than one host "
+        "(default: %(default)s)")
     add("--stages", type=layer_counts, metavar="COUNTS", help="--parallel pipeline: layers per "
         "stage in order, one stage per rank, e.g. 5,3 (default: balanced by parameter bytes)")
     add("--micro-batches", type=count(1, BATCH_MAX), metavar="M", help="--parallel pipeline: "
@@ -348,16 +351,22 @@ def check_pipeline(args, world_size):
     if args.micro_batches > args.batch_size:
         fail(f"argument --micro-batches: {args.micro_batches} is more than the "
              f"{args.batch_size} examples of a batch; choose at most {args.batch_size}")
-    # A local model's layers are known here, before any host is contacted; a Hugging Face
-    # model's once fetched (pipeline.load).
-    config = Path(args.model) / "config.json"
-    layers = json.loads(config.read_text()).get("num_hidden_layers") if config.exists() else None
-    if isinstance(layers, int):
-        check_split(args.model, layers, args.stages, world_size)
+    # A local model is known here, before any host is contacted; a Hugging Face one once
+    # fetched (pipeline.load).
+    if (config := Path(args.model) / "config.json").exists():
+        found = json.loads(config.read_text())
+        check_split(args.model, found.get("model_type"), found.get("num_hidden_layers"),
+                    args.stages, world_size)
 
 
-def check_split(model, layers, stages, world_size):
-    """A model of `layers` layers splits into world_size stages (of --stages, if given)."""
+def check_split(model, kind, layers, stages, world_size):
+    """A model of type kind with `layers` layers (None: not known yet) splits into world_size
+    stages (of --stages, if given)."""
+    if kind not in PIPELINE_MODELS:
+        fail(f"--parallel pipeline: {model} is a {kind} model; the pipeline splits "
+             f"{', '.join(PIPELINE_MODELS)} models; use --parallel data")
+    if not isinstance(layers, int):
+        return
     if layers < world_size:
         fail(f"--parallel pipeline: {model} has {layers} layers, fewer than the {world_size} "
              f"stages (one per rank); start at most {layers} ranks")

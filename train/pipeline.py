@@ -11,7 +11,8 @@ the whole model.
 
 The models are mlx-lm's whose forward is model.model's embed_tokens, layers (each called as
 layer(h, mask)) and norm, then model.lm_head or the embedding as head, and nothing else: those of
-MODEL_TYPES (Gemma, for one, also scales the embedding and masks some layers to a window).
+cli.PIPELINE_MODELS (Gemma, for one, also scales the embedding and masks some layers to a
+window), without sliding-window layers.
 """
 
 import itertools
@@ -25,7 +26,6 @@ from mlx.utils import tree_flatten, tree_map
 from . import cli, data, lora
 from .errors import fail
 
-MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")  # config.json's model_type
 SEEN = 8  # each stage's newest intact checkpoints compared on resume: more than rotation keeps
 
 
@@ -97,14 +97,12 @@ def load(model_name, data_dir, group, stages_text):
     """(this rank's Stage, train split, valid split): the model loaded lazily, LoRA added to
     every layer as on one process (the same random adapters), then cut to this rank's stage."""
     model, train, valid = lora.load(model_name, data_dir, lazy=True)
-    kind = getattr(model, "model_type", None)
-    if kind not in MODEL_TYPES or any(getattr(layer, "use_sliding", False)
-                                      for layer in model.layers):
-        fail(f"--parallel pipeline: {model_name} is a {kind} model; the pipeline splits "
-             f"{', '.join(MODEL_TYPES)} models (without sliding-window layers); use --parallel "
-             "data")
+    cli.check_split(model_name, getattr(model, "model_type", None), len(model.layers),
+                    stages_text, group.size())
     inner = model.model
-    cli.check_split(model_name, len(inner.layers), stages_text, group.size())
+    if any(getattr(layer, "use_sliding", False) for layer in inner.layers):
+        fail(f"--parallel pipeline: {model_name} has sliding-window layers, which the pipeline "
+             "does not split; use --parallel data")
     if stages_text is None:
         head = inner.embed_tokens if getattr(model, "lm_head", None) is None else model.lm_head
         counts = balanced([nbytes(layer) for layer in inner.layers], nbytes(inner.embed_tokens),

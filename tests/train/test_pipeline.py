@@ -17,7 +17,7 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.utils import MODEL_REMAPPING
 
-from train import lora, pipeline
+from train import cli, lora, pipeline
 
 from .conftest import ROOT, metrics, mpirun_cmd, needs_mpirun, run, summary, train_cmd
 
@@ -189,7 +189,7 @@ def test_a_stage_reads_only_its_own_weights(deep_llm):
     assert own <= held < own + 1024 and own < 0.6 * model_bytes, (held, own, model_bytes)
 
 
-@pytest.mark.parametrize("kind", pipeline.MODEL_TYPES)
+@pytest.mark.parametrize("kind", cli.PIPELINE_MODELS)
 @pytest.mark.parametrize("tied", [True, False], ids=["tied", "own-head"])
 @pytest.mark.parametrize("bits", [None, 4], ids=["float32", "4-bit"])
 def test_the_stages_compute_the_models_logits(kind, tied, bits):
