@@ -67,12 +67,12 @@ def vm_stat(text):
 def pmset_therm(text):
     """Thermal pressure in `pmset -g therm`: "nominal" when no warning was recorded, else each
     warning's or limit's words ("CPU_Speed_Limit 60")."""
+    if not text.strip():
+        return None
     limits = [f"{m[1]} {m[2]}" for m in re.finditer(r"(\w+_Limit)\s*=\s*(\d+)", text)
               if m[2] != "100"]
     levels = [line.strip() for line in text.splitlines()
               if "warning level" in line and "No " not in line]
-    if not text.strip():
-        return None
     return ", ".join(levels + limits) or "nominal"
 
 
@@ -137,8 +137,6 @@ def events(job):
                       f"({r['lost_s']:g} s of work redone)"})
         if r.get("resumed_at"):
             found.append({"at": r["resumed_at"], "what": "training again", "detail": ""})
-    if job.get("state") == "stopping":
-        found.append({"at": time.time(), "what": "stopping", "detail": "asked to stop"})
     if job.get("ended"):
         found.append({"at": job["ended"], "what": job["state"], "detail": job.get("reason") or ""})
     return sorted((e for e in found if e["at"]), key=lambda e: e["at"])
