@@ -29,8 +29,8 @@ BUCKET_MAX = 2**40
 NAME_MAX = 4096  # characters of a name or path (Linux's PATH_MAX; macOS's is 1024)
 # mlx-lm model types (config.json's model_type) that --parallel pipeline splits (train/pipeline.py).
 PIPELINE_MODELS = ("llama", "mistral", "qwen2", "qwen3")
-# --report-to choice: the package rank 0 writes with (None: nothing to write).
-TRACKERS = {"none": None, "tensorboard": "tensorboardX"}
+# --report-to's trackers and the package rank 0 writes each with.
+TRACKERS = {"tensorboard": "tensorboardX", "wandb": "wandb", "trackio": "trackio"}
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Settings:
     micro_batches: int | None = None
     log_every: int = 10
     heartbeat: str | None = None
-    report_to: str = "none"
+    report_to: tuple = ()  # names in TRACKERS
     command: str | None = None
     check: int | None = None
 
@@ -122,6 +122,15 @@ def name(text):
         raise argparse.ArgumentTypeError(f"{shown(text)} is longer than a path can be (at most "
                                          f"{NAME_MAX} characters)")
     return text
+
+
+def trackers(text):
+    """--report-to's comma-separated list (wandb,trackio), each tracker once."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for unknown in (name for name in names if name not in TRACKERS):
+        raise argparse.ArgumentTypeError(f"invalid choice: {shown(unknown)} (choose from "
+                                         f"{', '.join(TRACKERS)}, comma-separated)")
+    return tuple(dict.fromkeys(names))
 
 
 def path(text):
@@ -191,10 +200,13 @@ def parser():
     add("--heartbeat", metavar="TEMPLATE", help="each rank writes {phase, step, steps, progress, "
         "time, pid} as JSON to this path ({rank}: its rank) every second, for a watchdog; e.g. "
         "runs/x/logs/rank.{rank}.heartbeat (default: none)")
-    add("--report-to", choices=tuple(TRACKERS), help="also send rank 0's "
-        "metrics to an experiment tracker: tensorboard writes event files to DIR/tensorboard "
-        "(tensorboard --logdir DIR/tensorboard); metrics.jsonl is written either way "
-        "(default: %(default)s)")
+    add("--report-to", type=trackers, metavar="NAMES", help="also send rank 0's metrics, "
+        "under metrics.jsonl's names (train/loss), with the settings as the config, to these "
+        "experiment trackers (comma-separated): tensorboard writes event files to "
+        "DIR/tensorboard (tensorboard --logdir DIR/tensorboard), wandb an offline W&B run to "
+        "DIR/wandb (wandb sync DIR/wandb/offline-run-*), trackio its local database in "
+        "DIR/trackio (TRACKIO_DIR=DIR/trackio trackio show); metrics.jsonl is written either "
+        "way (default: none)")
     add("--command", metavar="CMD", help="run CMD on every rank instead of training (e.g. "
         "'python -m mlx_lm lora --train --model {model} --data {data}'), in --out, with "
         "{model} and {data} replaced by the absolute paths given with --model and --data; its "
@@ -214,9 +226,11 @@ def parse(argv=None):
         given = p.parse_args(argv, namespace=read_config(given.config))
     del given.config
     args = Settings(**vars(given))
-    if (package := TRACKERS[args.report_to]) and importlib.util.find_spec(package) is None:
-        fail(f"argument --report-to: {args.report_to} needs the {package} package in this Python "
-             f"environment; it is in requirements.lock: re-run setup.yml (make venv here)")
+    for tracker in args.report_to:
+        if importlib.util.find_spec(package := TRACKERS[tracker]) is None:
+            fail(f"argument --report-to: {tracker} needs the {package} package in this Python "
+                 f"environment; it is in requirements.lock: add {package} to "
+                 f"python_env_packages and re-run setup.yml (make venv here)")
     if args.command is not None:
         check_command(args)
         return args
@@ -259,6 +273,8 @@ def read_config(path):
             fail(f"{path}: unknown setting {key!r}; {hint}")
         if value is None:  # as if not given
             continue
+        if isinstance(getattr(DEFAULT, key), tuple) and isinstance(value, list):
+            value = ",".join(map(str, value))  # report_to: [wandb, trackio], as its flag takes it
         switch = isinstance(getattr(DEFAULT, key), bool)  # a flag without a value: --resume
         if switch != isinstance(value, bool) or isinstance(value, dict | list):
             wanted = "true or false" if switch else "one value (a number, name or path)"

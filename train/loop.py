@@ -153,7 +153,7 @@ def run(args, group):
     if rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "stopped.json").unlink(missing_ok=True)  # an earlier launch's stop
-        metrics = report.Metrics(args.out, start, args.report_to)
+        metrics = report.Metrics(args.out, start, args.report_to, config(args))
         progress = report.Progress(start, args.steps, bar=not distributed.launcher_sizes())
         trainable = (sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
                      if stage is None else stage.trainable)
@@ -233,6 +233,7 @@ def run(args, group):
                 save(args, checkpoint_out(args, stage), step, model, optimizer, progress)
             if rank == 0:
                 stopped(args, step, progress)
+                metrics.close()
             heartbeat.at("exiting", step)
             heartbeat.beat()
             return
@@ -244,6 +245,7 @@ def run(args, group):
                     else pipeline.adapters(stage, group))
     if rank == 0:
         progress.close()
+        metrics.close()  # the trackers' files complete before summary.json says the run is
         steps_run = args.steps - start
         summary = {
             "model": args.model, "dataset": args.dataset, "world_size": world,

@@ -1,5 +1,5 @@
-"""What rank 0 shows and writes: progress, DIR/metrics.jsonl (and TensorBoard events with
---report-to tensorboard), DIR/summary.json, DIR/loss.png; and every rank's heartbeat file."""
+"""What rank 0 shows and writes: progress, DIR/metrics.jsonl (and the same scalars to the
+trackers of --report-to), DIR/summary.json, DIR/loss.png; and every rank's heartbeat file."""
 
 import contextlib
 import json
@@ -50,20 +50,16 @@ class Progress:
 
 
 class Metrics:
-    """DIR/metrics.jsonl: one record per logged train step or evaluation."""
+    """DIR/metrics.jsonl: one record per logged train step or evaluation; each record's numbers
+    also go to the trackers of --report-to, under the same names."""
 
-    def __init__(self, out, resumed_step, report_to="none"):
+    def __init__(self, out, resumed_step, report_to=(), config=None):
         self.path = out / "metrics.jsonl"
         # A resumed run redoes the steps after its checkpoint: drop their old records.
         kept = [r for r in self.records() if r["step"] <= resumed_step]
         self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        self.tensorboard = None
-        if report_to == "tensorboard":
-            from tensorboardX import SummaryWriter
-
-            # purge_step: a resumed run's redone steps replace the old ones in TensorBoard too.
-            self.tensorboard = SummaryWriter(str(out / "tensorboard"),
-                                             purge_step=resumed_step + 1 if kept else None)
+        self.trackers = [TRACKERS[name](out, resumed_step if kept else None, config)
+                         for name in report_to]
 
     def records(self):
         if not self.path.exists():
@@ -73,11 +69,74 @@ class Metrics:
     def add(self, **record):
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        if self.tensorboard is not None:  # the same numbers, tagged kind/name (train/loss)
-            for name, value in record.items():
-                if name not in ("kind", "step") and isinstance(value, (int, float)):
-                    self.tensorboard.add_scalar(f"{record['kind']}/{name}", value, record["step"])
-            self.tensorboard.flush()
+        for tracker in self.trackers:
+            tracker.log(scalars(record), record["step"])
+
+    def close(self):
+        for tracker in self.trackers:
+            tracker.close()
+
+
+def scalars(record):
+    """A record's numbers under the names every tracker shows: kind/name (train/loss)."""
+    return {f"{record['kind']}/{name}": value for name, value in record.items()
+            if name not in ("kind", "step") and isinstance(value, (int, float))}
+
+
+class TensorBoard:
+    """Event files in DIR/tensorboard (tensorboardX)."""
+
+    def __init__(self, out, resumed_step, config):
+        from tensorboardX import SummaryWriter
+
+        # purge_step: a resumed run's redone steps replace the old ones in TensorBoard too.
+        self.writer = SummaryWriter(str(out / "tensorboard"),
+                                    purge_step=None if resumed_step is None else resumed_step + 1)
+
+    def log(self, values, step):
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step)
+        self.writer.flush()
+
+    def close(self):
+        self.writer.close()
+
+
+class WandB:
+    """An offline W&B run in DIR/wandb (no account; `wandb sync` uploads it), one per launch."""
+
+    def __init__(self, out, resumed_step, config):
+        import wandb
+
+        # silent, console off: rank 0's output stays the play's progress lines
+        self.run = wandb.init(mode="offline", dir=out, project="mlx-cluster", name=out.name,
+                              config=config, settings=wandb.Settings(silent=True, console="off"))
+
+    def log(self, values, step):
+        self.run.log(values, step=step)
+
+    def close(self):
+        self.run.finish()
+
+
+class Trackio:
+    """trackio's local database in DIR/trackio (project mlx-cluster, a run per launch)."""
+
+    def __init__(self, out, resumed_step, config):
+        os.environ["TRACKIO_DIR"] = str(out / "trackio")  # read when trackio is imported
+        import trackio
+
+        self.run = trackio.init(project="mlx-cluster", name=out.name, config=config)
+
+    def log(self, values, step):
+        self.run.log(values, step=step)
+
+    def close(self):
+        self.run.finish()
+
+
+# --report-to's names (train/cli.py's TRACKERS: the package each needs).
+TRACKERS = {"tensorboard": TensorBoard, "wandb": WandB, "trackio": Trackio}
 
 
 def plot(records, path):

@@ -239,3 +239,11 @@ def test_pipeline_options_are_checked_before_any_rank_starts(capsys, tiny_llm):
         with pytest.raises(SystemExit):
             cli.check_world(cli.parse([*lora, *argv]), world)
         assert error in capsys.readouterr().err
+
+
+def test_report_to_takes_a_list_from_the_flag_or_a_config_file(tmp_path):
+    assert cli.parse(["--report-to", "wandb,trackio,wandb"]).report_to == ("wandb", "trackio")
+    config = tmp_path / "run.yaml"
+    config.write_text("report_to: [trackio, tensorboard]\n")
+    assert cli.parse(["--config", str(config)]).report_to == ("trackio", "tensorboard")
+    assert cli.parse([]).report_to == ()

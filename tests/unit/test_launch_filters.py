@@ -272,6 +272,10 @@ def test_train_args_only_carry_what_the_user_gave():
     assert args == ["--model=models/tiny", "--data=data/d", "--batch-size=8", "--lr=0.01",
                     "--grad-bucket-bytes=0", "--checkpoint-every=5", "--resume"]
     assert "--resume" not in launch.launch_train_args(request(resume="false"))
+    # a list (-e @run.yml) as the flag's comma-separated names; a string as given
+    for given in (["wandb", "trackio"], "wandb,trackio"):
+        assert launch.launch_train_args(request(report_to=given)) == [
+            "--report-to=wandb,trackio"]
 
 
 def test_request_takes_the_tables_defaults_and_the_supervisors():

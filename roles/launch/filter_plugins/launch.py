@@ -445,6 +445,8 @@ def launch_train_args(request, heartbeat=None, data=None, model=None):
         value = copied.get(name) or given
         if name in LAUNCHER_OPTIONS or not _given(value) or value is False:
             continue
+        if isinstance(value, list):  # report_to: [wandb, trackio]
+            value = ",".join(map(str, value))
         flag = "--" + name.replace("_", "-")
         args.append(flag if value is True else f"{flag}={value}")
     if heartbeat:
