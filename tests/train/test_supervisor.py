@@ -551,15 +551,20 @@ def test_an_adopted_launchers_exit_code_is_read_from_its_wrapper(jobs):
 
 
 def test_stop_of_a_job_whose_keeper_and_supervisor_died_is_graceful(jobs):
+    """Nobody is left to tell the job's end: the first status that finds it lost runs the
+    notifier, once, and does not wait for it (a notifier that takes 2 s)."""
     job = jobs("orphan", steps=100000)
-    job.start()
+    job.start("--notify", f"sleep 2; {RECORDER}")
     before = job.wait_step(50)
     for pid in (job.pid, before["supervisor_pid"]):
         os.kill(pid, signal.SIGKILL)
+    asked = time.monotonic()
     [row] = json.loads(supervisor("status", "--runs-dir", job.dir.parent, "--json", "--run",
                                   job.name).stdout)
+    assert time.monotonic() - asked < 2
     assert (row["state"], row["reason"], row["launcher_running"]) == (
         "lost", "its supervisor is gone", True)
+    assert "lost" in supervisor("status", "--runs-dir", job.dir.parent).stdout  # tells no more
     # Its ranks beat on: status --run reads each one's heartbeat.
     assert [(r["rank"], r["host"], r["reached"]) for r in row["ranks"]] == [
         (0, "h0", True), (1, "h1", True)]
@@ -574,6 +579,12 @@ def test_stop_of_a_job_whose_keeper_and_supervisor_died_is_graceful(jobs):
     assert (job.dir / "checkpoints" / f"step_{step:08d}").is_dir()
     assert job.job()["state"] == "stopped" and not (job.dir / "stop").exists()
     assert job.left() == [] and not alive(before["launcher_pid"])
+    step = row["last_step"]
+    assert notifications(job.dir, 1) == [{
+        "MLX_CLUSTER_RUN": job.name, "MLX_CLUSTER_STATE": "lost",
+        "MLX_CLUSTER_REASON": "its supervisor is gone", "MLX_CLUSTER_STEP": str(step),
+        "MLX_CLUSTER_STEPS": "100000",
+        "MLX_CLUSTER_MESSAGE": f"{job.name}: lost (its supervisor is gone) at step {step}/100000"}]
 
 
 def test_a_stale_job_from_before_a_reboot_is_lost_and_blocks_nothing(jobs):

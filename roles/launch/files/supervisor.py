@@ -24,7 +24,8 @@ It watches every rank's heartbeat (logs/rank.N.heartbeat on its host: {"phase", 
   stopped --stop-grace seconds later is killed;
 - a launcher still running --exit-grace seconds after DIR/summary.json is stopped (Open MPI 5
   can hang after every rank finished, openpmix/prrte#1839) and the run counts as finished;
-- --notify's command runs at each stall and when the job ends (see notify()).
+- --notify's command runs at each stall and when the job ends (see notify()), and once when
+  `status` finds the job lost (notify_lost()).
 State: DIR/job.json (replaced atomically; each process in it named by pid, start time and
 the host's boot id: a pid alone may name another process after a restart), DIR/exit_status
 when the job ends, and a timestamped account of everything it did in DIR/supervisor.log.
@@ -268,9 +269,35 @@ def notify(command, env, run_dir, timeout):
         os._exit(code)
 
 
+def notify_env(job, state, reason):
+    """What a notifier is told in its environment: the run, its state, why and its last step."""
+    step, steps = job["last_step"] or 0, job["steps"]
+    message = f"{job['run']}: {state} ({reason}) at step {step}/{steps or '?'}"
+    return {"MLX_CLUSTER_RUN": job["run"], "MLX_CLUSTER_STATE": state,
+            "MLX_CLUSTER_REASON": reason, "MLX_CLUSTER_STEP": str(step),
+            "MLX_CLUSTER_STEPS": str(steps or ""), "MLX_CLUSTER_MESSAGE": message}
+
+
+def notify_lost(job, run_dir, reason):
+    """Tell the job's notifier (job.json's) that the job is lost: its supervisor and keeper, who
+    tell everything else, are dead. Once: the first to find it so (status, for the play's status
+    and attach) creates DIR/logs/lost.notified; one who cannot (another user) tells nothing."""
+    if not job.get("notify"):
+        return
+    try:
+        os.close(os.open(run_dir / "logs" / "lost.notified", os.O_CREAT | os.O_EXCL))
+    except OSError:  # told already, or not ours to tell
+        return
+    notify(job["notify"], notify_env(job, "lost", reason), run_dir, job["notify_timeout"])
+
+
 def notifier(command, env, run_dir, timeout):
-    """The notifier's life, in notify()'s detached process."""
+    """The notifier's life, in notify()'s detached process: none of its caller's files open, nor
+    its output (the play reads status's to its end)."""
     os.closerange(3, 1024)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
     with open(run_dir / "logs" / "notify.log", "a") as out:
         log(f"{env['MLX_CLUSTER_MESSAGE']}: running {command}", out)
         proc = subprocess.Popen(["sh", "-c", command], cwd=run_dir, env={**os.environ, **env},
@@ -489,7 +516,9 @@ class Supervisor:
                         "step_seconds": None,
                         "checkpoint_step": None, "started": time.time(), "ended": None,
                         "exit_status": None, "suspect": None, "rank_hosts": self.hosts,
-                        "left_out": [], "phases": {}, "hub_model": args.hub_model}
+                        "left_out": [], "phases": {}, "hub_model": args.hub_model,
+                        # for whoever finds the job lost (notify_lost)
+                        "notify": args.notify, "notify_timeout": args.notify_timeout}
             self.t0 = time.monotonic()
         self.update()
 
@@ -645,13 +674,9 @@ class Supervisor:
         environment; "stalled" is no end state (a restart may follow), the others are."""
         if not self.args.notify:
             return
-        step, steps = self.job["last_step"] or 0, self.job["steps"]
-        message = f"{self.job['run']}: {state} ({reason}) at step {step}/{steps or '?'}"
-        env = {"MLX_CLUSTER_RUN": self.job["run"], "MLX_CLUSTER_STATE": state,
-               "MLX_CLUSTER_REASON": reason, "MLX_CLUSTER_STEP": str(step),
-               "MLX_CLUSTER_STEPS": str(steps or ""), "MLX_CLUSTER_MESSAGE": message}
         log(f"notifying ({state}): output in logs/notify.log")
-        notify(self.args.notify, env, self.dir, self.args.notify_timeout)
+        notify(self.args.notify, notify_env(self.job, state, reason), self.dir,
+               self.args.notify_timeout)
 
     # ------------------------------------------------------------------ one launch
 
@@ -1136,6 +1161,8 @@ def status(args):
         job = read_json(run_dir / "job.json")
         if job:
             state, reason = state_of(job)
+            if state == "lost":
+                notify_lost(job, run_dir, reason)
             # A lost job whose launcher runs on still holds its hosts: no other job starts.
             rows.append({**job, "state": state, "reason": reason,
                          "launcher_running": running(job, "launcher")}
@@ -1228,8 +1255,10 @@ def add_job_options(p):
     p.add_argument("--notify", type=command("--notify"), metavar="COMMAND",
                    help="at each stall and when the job ends, run `sh -c COMMAND` in DIR "
                    "(output: DIR/logs/notify.log; killed after --notify-timeout s) with "
-                   "MLX_CLUSTER_RUN, _STATE (stalled, finished, stopped, failed), _REASON, _STEP, "
-                   "_STEPS and _MESSAGE in its environment; the job never waits for it")
+                   "MLX_CLUSTER_RUN, _STATE (stalled, finished, stopped, failed; lost, once, "
+                   "from the first status that finds the supervisor and its keeper dead), "
+                   "_REASON, _STEP, _STEPS and _MESSAGE in its environment; the job never waits "
+                   "for it")
 
 
 def settle(argv):
