@@ -34,8 +34,8 @@ lint: venv
 	ruff check .
 	ansible-lint
 
-# Two workers: the bridge clusters' tests in turn on one, the cable ring's and the clusters of
-# their own on the other, the in-process tests where a worker is free (tests/conftest.py).
+# Two workers: the train cluster's tests in turn on one, the other clusters' on the other, the
+# in-process tests where a worker is free (tests/conftest.py).
 test: venv
 	pytest -n 2 --dist loadgroup
 

@@ -13,11 +13,11 @@ from tools.vcluster import VirtualCluster
 
 # tests/integration/conftest.py's clusters, each built once per test run, and the pytest-xdist
 # group that runs every test on it (one worker of `make test`, which builds the cluster once).
-# Two groups of about 20 minutes each: the bridge clusters' tests on one worker; the cable ring's
-# and those that build clusters of their own on the other. The in-process tests (no group) go to
-# whichever worker is free.
-SESSION_CLUSTERS = {"train_cluster": "bridge-clusters", "fresh_install": "bridge-clusters",
-                    "cable_ring": "cable-and-own-clusters"}
+# train_cluster's tests take about as long as all the other clusters' together (those that
+# build their own included): a group each, one per worker; the in-process tests (no group) go
+# to whichever worker is free.
+SESSION_CLUSTERS = {"train_cluster": "train-cluster", "fresh_install": "other-clusters",
+                    "cable_ring": "other-clusters"}
 
 
 def cluster_unavailable() -> str | None:
@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(items):
         if "cluster" in item.keywords:
             groups = {SESSION_CLUSTERS[n] for n in SESSION_CLUSTERS.keys() & set(item.fixturenames)}
             assert len(groups) <= 1, f"{item.nodeid} uses clusters of two groups: {groups}"
-            group = groups.pop() if groups else "cable-and-own-clusters"
+            group = groups.pop() if groups else "other-clusters"
             item.add_marker(pytest.mark.xdist_group(group))
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
