@@ -417,10 +417,12 @@ def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
 
     with vc.shaped("en0=16mbit", hosts=[launch]):
         interrupted = interrupted_play(vc, tmp_path / "interrupted.log", extravars,
-                                       lambda: arrived(launch) > size // 2,
-                                       "half of the corpus on the launch host")
+                                       # a third: what the sockets hold and a loaded
+                                       # machine's slow readings still leave a part unsent
+                                       lambda: arrived(launch) > size // 3,
+                                       "a third of the corpus on the launch host")
     sent = kept(launch)
-    assert size // 2 < sent < size, interrupted[-3000:]
+    assert size // 3 < sent < size, interrupted[-3000:]
     shown = re.findall(rf"\[{launch.name}\] data/resumed\.txt from the controller: "
                        r"([\d.]+) of 24\.0 MiB, ([\d.]+) MiB/s", interrupted)
     assert shown and 0 < max(float(rate) for _, rate in shown) < 3, interrupted[-3000:]
@@ -428,10 +430,10 @@ def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
     before = rx_bytes(vc)
     with vc.shaped("bridge0=16mbit", hosts=others):
         fanned = interrupted_play(vc, tmp_path / "fanned.log", {**extravars, "run_name": "fanned"},
-                                  lambda: min(arrived(h) for h in others) > size // 2,
-                                  "half of the corpus on the other hosts")
+                                  lambda: min(arrived(h) for h in others) > size // 3,
+                                  "a third of the corpus on the other hosts")
         received = {key: value - before[key] for key, value in rx_bytes(vc).items()}
-        # Ended with the play, not finished at the link's pace (6 s more).
+        # Ended with the play, not finished at the link's pace (8 s more).
         wait_for(lambda: not any(rsyncs(vc).values()), 10, "no rsync on any host")
     named = re.findall(r"\[(\S+)\][^\[]*?resumed\.txt has (\d+) bytes, (\d+) on the controller",
                        words(fanned))
@@ -439,7 +441,7 @@ def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
     # The rest, not the whole corpus, came to the launch host (with the launch's own traffic).
     assert received[launch.name, "en0"] < size - sent + (2 << 20), (sent, received)
     fanned_out = {h.name: kept(h) for h in others}
-    assert all(size // 2 < n < size for n in fanned_out.values()), (fanned_out, fanned[-3000:])
+    assert all(size // 3 < n < size for n in fanned_out.values()), (fanned_out, fanned[-3000:])
 
     before = rx_bytes(vc)
     third, _ = train(vc, tmp_path, "resumed", **job)
