@@ -18,6 +18,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import mlx.core as mx
+import numpy as np
 import pytest
 
 from tests.integration.hf_endpoint import Hub
@@ -454,6 +456,39 @@ def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
         assert received[host, "bridge0"] < size - n + (2 << 20), (fanned_out, received)
     assert {h: copy[0] for h, copy in copies(vc, "resumed.txt").items()} == dict.fromkeys(
         [h.name for h in vc.hosts], digest)
+    assert job_processes(vc) == {h.name: [] for h in vc.hosts}
+
+
+def test_a_pipeline_splits_the_model_over_two_hosts_and_trains_what_one_process_trains(
+        cluster, tmp_path, tiny_llm):
+    """-e parallel=pipeline on 2 ranks, one per host: a layer of tiny_llm each, the activations
+    and their gradients over the Thunderbolt network; the losses and adapters are one process's
+    (tests/train/test_pipeline.py's tolerances), the second stage's checkpoint stays on its host."""
+    vc = cluster
+    model, data = tiny_llm
+    job = {"steps": 4, "batch_size": 4, "lr": 0.003, "log_every": 1, "eval_every": 0}
+    local = tmp_path / "local"
+    subprocess.run([sys.executable, "-m", "train", "--model", str(model), "--data", str(data),
+                    *(f"--{k.replace('_', '-')}={v}" for k, v in job.items()), "--out", local],
+                   check=True, capture_output=True, timeout=300)
+    run, out = train(vc, tmp_path, "pipeline", model=str(model), data=str(data),
+                     parallel="pipeline", np=2, **job)
+    assert run.status == "successful", run.stdout[-6000:]
+    assert json.loads((out / "summary.json").read_text())["world_size"] == 2
+    piped_losses, losses = ([r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
+                            for lines in ((o / "metrics.jsonl").read_text().splitlines()
+                                          for o in (out, local)))
+    assert len(piped_losses) == 4
+    np.testing.assert_allclose(piped_losses, losses, rtol=5e-5)
+    piped, single = ({k: np.array(v) for k, v in mx.load(str(path)).items()}
+                     for path in (o / "adapters" / "adapters.safetensors" for o in (out, local)))
+    assert piped.keys() == single.keys()
+    for key in single:
+        np.testing.assert_allclose(piped[key], single[key], rtol=0, atol=1e-4, err_msg=key)
+    second = vc.hosts[1]
+    held = vc.run(second, "ls mlx-cluster/runs/pipeline/stage1/checkpoints",
+                  user=second.user).stdout.split()
+    assert held == ["step_00000004"], held
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
