@@ -1,6 +1,7 @@
 """A Hugging Face hub in small, for HF_ENDPOINT: it serves the repos a test publishes from local
 directories with what huggingface_hub's snapshot_download asks of a hub (2.x, file_download.py
-and hf_api.py), and counts every request.
+and hf_api.py), and counts every request. Given a token, it answers only requests that bear it
+(a private model: 401 otherwise, as the Hub does).
 
     GET  /api/models/{repo}/revision/{rev}   the commit of a branch or commit: {id, sha, siblings}
     GET  /api/models/{repo}/tree/{commit}    its files: [{type, path, size, oid}]
@@ -27,7 +28,8 @@ ROUTES = (
 class Hub:
     """The hub, listening on address (one of the test's own) until close()."""
 
-    def __init__(self, address):
+    def __init__(self, address, token=None):
+        self.token = token
         self.commits = {}  # commit -> {file: bytes}
         self.branches = {}  # (repo, branch) -> commit
         # (method, what: revision, tree or resolve, repo, rev, file or None, the client's address)
@@ -81,6 +83,8 @@ class Hub:
                                     if (found := route.fullmatch(path))), (None, None))
                 if match is None:
                     return self.send(404, b"{}", body)
+                if hub.token and self.headers.get("Authorization") != f"Bearer {hub.token}":
+                    return self.send(401, b'{"error": "Invalid credentials"}', body)
                 repo, rev = match["repo"], match["rev"]
                 name = match.groupdict().get("file")
                 with hub.lock:

@@ -524,14 +524,17 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
     model on like a directory; every host holds a verified copy, the job fine-tunes it with LoRA
     and job.json records the commit. After the hub's main branch moved on, a resume asks the hub
     nothing, sends nothing again and trains on the recorded commit. With model_source: controller
-    (hosts offline) the controller fetches the new commit, once, and stages it."""
+    (hosts offline) the controller fetches the new commit, once, and stages it. The model is
+    private: both fetches use the controller's HF_TOKEN, which no play prints."""
     vc = cluster
     model, data = tiny_llm
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in model.iterdir()}
     name = HUB_REPO.replace("/", "--")
     job = {"model": HUB_REPO, "data": str(data), "eval_every": 0, "log_every": 1}
-    hub = Hub(vc.controller_ip)
+    token = "hf_" + os.urandom(8).hex()
+    hub = Hub(vc.controller_ip, token=token)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    monkeypatch.setenv("HF_TOKEN", token)
     try:
         commit = hub.publish(HUB_REPO, model)
         first, out = train(vc, tmp_path, "hub", steps=2, **job)
@@ -567,6 +570,7 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
         assert hub.downloads() == dict.fromkeys([*files, "README.md"], 1)
         newer = json.loads((offline / "job.json").read_text())["hub_model"]
         assert newer == {"repo": HUB_REPO, "revision": moved_commit}
+        assert not [run for run in (first, second, third) if token in run.stdout]
     finally:
         hub.close()
     summary = json.loads((out / "summary.json").read_text())

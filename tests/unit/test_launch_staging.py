@@ -394,21 +394,31 @@ def test_a_hub_model_is_fetched_once_and_a_recorded_revision_again_without_askin
     """files/staging.py fetch, as train.yml runs it (a process of its own, HF_ENDPOINT in its
     environment), against a local hub: each file is downloaded once; the branch asked again costs
     one question and no file; the commit a run recorded is fetched from the cache, without a
-    request, after the branch moved on, and the branch then brings the new commit."""
-    hub = Hub("127.0.0.1")
+    request, after the branch moved on, and the branch then brings the new commit. The hub wants
+    a token (a private model): the fetch has the one on its stdin; without it, it fails naming
+    the repo and the hub."""
+    hub = Hub("127.0.0.1", token="hf_private")
     env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HOME": str(tmp_path / "hf"),
            "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    env.pop("HF_TOKEN", None)
+
+    def run(revision, token):
+        hub.requests.clear()
+        return subprocess.run([sys.executable, str(SCRIPT), "fetch", str(tmp_path / "cache"),
+                               json.dumps({"repo": "ann/tiny", "revision": revision})],
+                              input=json.dumps({"token": token}) + "\n", env=env,
+                              capture_output=True, text=True, timeout=120)
 
     def fetch(revision):
-        hub.requests.clear()
-        done = subprocess.run([sys.executable, str(SCRIPT), "fetch", str(tmp_path / "cache"),
-                               json.dumps({"repo": "ann/tiny", "revision": revision})],
-                              env=env, capture_output=True, text=True, timeout=120)
+        done = run(revision, "hf_private")
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
     try:
         first = hub.publish("ann/tiny", model)
+        refused = run("", "")
+        assert refused.returncode == 1 and refused.stderr.startswith(
+            f"cannot fetch ann/tiny at its default branch from {hub.url}: "), refused.stderr
         got = fetch("")
         assert got["revision"] == first and got["path"].endswith(f"/snapshots/{first}")
         assert sized(got["manifest"]) == sized(script.manifest(str(model)))

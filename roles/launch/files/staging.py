@@ -23,7 +23,8 @@ host, with the environment's Python:
                                                             a Hugging Face model: download it into
                                                             this machine's Hugging Face cache and
                                                             print its revision, snapshot path and
-                                                            manifest (CACHE_DIR: cached manifests)
+                                                            manifest (CACHE_DIR: cached manifests);
+                                                            stdin: {"token": HF_TOKEN or ""}
 """
 
 import contextlib
@@ -114,12 +115,15 @@ def cached(path, cache):
 def fetch(cache, hub):
     """Download hub["repo"] at hub["revision"] (a commit, branch or tag; "" for the default branch)
     with huggingface_hub's own snapshot_download, which honours HF_ENDPOINT, HF_HOME and
-    HF_HUB_OFFLINE and fetches only what its cache lacks (nothing for a commit it holds):
-    {revision: the commit, path: the snapshot (symlinks into the cache's blobs), manifest}."""
+    HF_HUB_OFFLINE and fetches only what its cache lacks (nothing for a commit it holds), with the
+    token stdin gives (the controller's HF_TOKEN: never on a command line), else the one this
+    machine is logged in with: {revision: the commit, path: the snapshot (symlinks into the
+    cache's blobs), manifest}."""
     from huggingface_hub import constants, snapshot_download
 
+    token = json.loads(sys.stdin.readline())["token"] or None
     try:
-        path = snapshot_download(hub["repo"], revision=hub["revision"] or None)
+        path = snapshot_download(hub["repo"], revision=hub["revision"] or None, token=token)
     except Exception as error:  # the hub's own words: offline, no such repo or revision, ...
         sys.exit(f"cannot fetch {hub['repo']} at {hub['revision'] or 'its default branch'} from "
                  f"{constants.ENDPOINT}: {type(error).__name__}: {error} — check the repo id, the "
