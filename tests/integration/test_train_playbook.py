@@ -520,12 +520,13 @@ def test_any_program_runs_under_the_launcher_and_lora_adapters_come_back(cluster
 def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_recorded(
         cluster, tmp_path, tiny_llm, monkeypatch):
     """-e model=<Hugging Face id>, from a hub on the controller's network (HF_ENDPOINT, as for a
-    user's mirror): the launch host downloads each file once for the whole cluster and sends the
-    model on like a directory; every host holds a verified copy, the job fine-tunes it with LoRA
-    and job.json records the commit. After the hub's main branch moved on, a resume asks the hub
-    nothing, sends nothing again and trains on the recorded commit. With model_source: controller
-    (hosts offline) the controller fetches the new commit, once, and stages it. The model is
-    private: both fetches use the controller's HF_TOKEN, which no play prints."""
+    user's mirror): the launch host downloads each file once for the whole cluster, stages it as
+    hard links to its cache's files and sends the model on like a directory; every host holds a
+    verified copy, the job fine-tunes it with LoRA and job.json records the commit. After the
+    hub's main branch moved on, a resume asks the hub nothing, sends nothing again and trains on
+    the recorded commit. With model_source: controller (hosts offline) the controller fetches the
+    new commit, once, and stages it. The model is private: both fetches use the controller's
+    HF_TOKEN, which no play prints."""
     vc = cluster
     model, data = tiny_llm
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in model.iterdir()}
@@ -549,6 +550,9 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
             recorded = {f: entry[2] for f, entry in json.loads(copy[-1]).items()}
             assert recorded == files, host.name
         assert f"--model=models/{name}" in (out / "command.sh").read_text()
+        launch = vc.hosts[0]  # its copy is its Hugging Face cache's files: on its disk once
+        links = vc.run(launch, f"stat -c %h mlx-cluster/models/{name}/*", user=launch.user)
+        assert links.stdout.split() == ["2"] * len(files), links.stdout
         hub_model = {"repo": HUB_REPO, "revision": commit}
         assert json.loads((out / "job.json").read_text())["hub_model"] == hub_model
         moved = tmp_path / "moved"

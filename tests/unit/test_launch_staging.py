@@ -402,15 +402,15 @@ def test_a_hub_model_is_fetched_once_and_a_recorded_revision_again_without_askin
            "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     env.pop("HF_TOKEN", None)
 
-    def run(revision, token):
+    def run(revision, token, **staged):
         hub.requests.clear()
         return subprocess.run([sys.executable, str(SCRIPT), "fetch", str(tmp_path / "cache"),
-                               json.dumps({"repo": "ann/tiny", "revision": revision})],
+                               json.dumps({"repo": "ann/tiny", "revision": revision, **staged})],
                               input=json.dumps({"token": token}) + "\n", env=env,
                               capture_output=True, text=True, timeout=120)
 
-    def fetch(revision):
-        done = run(revision, "hf_private")
+    def fetch(revision, **staged):
+        done = run(revision, "hf_private", **staged)
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
@@ -431,6 +431,13 @@ def test_a_hub_model_is_fetched_once_and_a_recorded_revision_again_without_askin
         assert (again["revision"], hub.requests) == (first, [])
         assert again["manifest"] == got["manifest"]
         assert fetch("")["revision"] == second and hub.downloads() == {"config.json": 1}
+        # The launch host's: staged as it is fetched, the cache's files themselves, recorded.
+        work = tmp_path / "work"
+        launch = fetch(second, work_dir=str(work), rel="models/ann--tiny")
+        assert (work / "models" / "ann--tiny" / "config.json").stat().st_nlink == 2
+        assert sized(launch["manifest"]) == sized(script.manifest(str(model)))
+        rel = {"models/ann--tiny": launch["manifest"]}
+        assert staging.staging_stale(rel, {"models/ann--tiny": launch["staged"]}) == {}
     finally:
         hub.close()
 
@@ -448,28 +455,25 @@ def test_a_resumed_run_fetches_the_revision_its_job_recorded_for_that_repo():
         assert staging.staging_hub_revision(runs, run, "ann/tiny") == ""
 
 
-def test_the_launch_host_copies_a_model_it_fetched_from_its_cache_over_ansibles_ssh(tmp_path,
-                                                                                   model):
-    staged = [{"rel": "models/ann--tiny", "src": str(model), "dir": True, "hub": True,
-               "on_launch_host": True}]
-    hostvars = {"inventory_hostname": "h1", "ansible_host": "198.18.0.2", "ansible_user": "ann"}
-    argv = staging.staging_controller_argv(staged, "models/ann--tiny", ["not there"], hostvars,
-                                           info("h1"))
-    assert argv[:6] == ["ssh", "-o", "BatchMode=yes", "-l", "ann", "198.18.0.2"]
-    [send] = staging.staging_controller_commands(staged, {"models/ann--tiny": ["not there"]},
-                                                 hostvars, info("h1"))
-    assert send == {"item": {"host": "h1", "rel": "models/ann--tiny",
-                             "from": "its Hugging Face cache"}, "argv": argv}
-    [remote] = argv[6:]
-    assert shlex.split(remote)[-2:] == [f"{model}/", "/home/h1/mlx-cluster/models/ann--tiny/"]
-    # Where Ansible runs on the launch host, the same rsync runs here.
-    work = tmp_path / "work"
-    (work / "models").mkdir(parents=True)
-    local = staging.staging_controller_argv(
-        staged, "models/ann--tiny", ["not there"],
-        {"inventory_hostname": "localhost", "ansible_connection": "local"},
-        {"home": str(tmp_path), "work_dir": str(work)})
-    assert local[0] == "rsync"
-    subprocess.run(local, check=True, capture_output=True)
-    copy = work / "models" / "ann--tiny"
-    assert script.manifest(str(copy)) == script.manifest(str(model))
+def test_the_launch_host_stages_a_snapshot_as_hard_links_to_its_blobs(tmp_path):
+    """A Hugging Face snapshot (symlinks into the cache's blobs) staged on the launch host: its
+    files are the blobs themselves (one copy on the disk); another revision replaces the links
+    that differ without writing into a blob, and a file the revision lacks goes."""
+    blobs, snapshot, staged = tmp_path / "blobs", tmp_path / "snapshot", tmp_path / "models" / "m"
+    (snapshot / "sub").mkdir(parents=True)
+    blobs.mkdir()
+    for name, data in (("a", b"config"), ("b", b"weights"), ("c", b"new weights")):
+        (blobs / name).write_bytes(data)
+    (snapshot / "config.json").symlink_to(blobs / "a")
+    (snapshot / "sub" / "w.bin").symlink_to(blobs / "b")
+    (snapshot / "gone.txt").symlink_to(blobs / "a")
+    script.link(str(snapshot), str(staged))
+    assert (staged / "sub" / "w.bin").stat().st_ino == (blobs / "b").stat().st_ino
+    assert script.manifest(str(staged)) == script.manifest(str(snapshot))
+    (snapshot / "sub" / "w.bin").unlink()
+    (snapshot / "sub" / "w.bin").symlink_to(blobs / "c")
+    (snapshot / "gone.txt").unlink()
+    script.link(str(snapshot), str(staged))
+    assert (staged / "sub" / "w.bin").read_bytes() == b"new weights"
+    assert (blobs / "b").read_bytes() == b"weights"  # the old blob untouched
+    assert sorted(script.files(str(staged))) == ["config.json", "sub/w.bin"]

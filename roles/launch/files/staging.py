@@ -19,19 +19,22 @@ host, with the environment's Python:
                                                             on the launch host: its transfers to
                                                             the other hosts, at once, in WORK_DIR,
                                                             ended when stdin closes
-    staging.py fetch CACHE_DIR '{"repo": "owner/name", "revision": ""}'
+    staging.py fetch CACHE_DIR '{"repo": "owner/name", "revision": "", "work_dir": ..., "rel": ...}'
                                                             a Hugging Face model: download it into
-                                                            this machine's Hugging Face cache and
+                                                            this machine's Hugging Face cache (and
+                                                            stage it at rel, with work_dir) and
                                                             print its revision, snapshot path and
                                                             manifest (CACHE_DIR: cached manifests);
                                                             stdin: {"token": HF_TOKEN or ""}
 """
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,7 +121,9 @@ def fetch(cache, hub):
     HF_HUB_OFFLINE and fetches only what its cache lacks (nothing for a commit it holds), with the
     token stdin gives (the controller's HF_TOKEN: never on a command line), else the one this
     machine is logged in with: {revision: the commit, path: the snapshot (symlinks into the
-    cache's blobs), manifest}."""
+    cache's blobs), manifest}. With hub["rel"] (the launch host), the snapshot is also staged
+    there under hub["work_dir"] as hard links to the cache's files, and recorded: the manifest is
+    that copy's, and staged what `report` prints of it."""
     from huggingface_hub import constants, snapshot_download
 
     token = json.loads(sys.stdin.readline())["token"] or None
@@ -129,7 +134,50 @@ def fetch(cache, hub):
                  f"{constants.ENDPOINT}: {type(error).__name__}: {error} — check the repo id, the "
                  "revision and this machine's network (train.yml's model_source picks the "
                  "machine)")
-    return {"revision": os.path.basename(path), "path": path, "manifest": cached(path, cache)}
+    fetched = {"revision": os.path.basename(path), "path": path}
+    if not hub.get("rel"):
+        return {**fetched, "manifest": cached(path, cache)}
+    work_dir, rel = hub["work_dir"], hub["rel"]
+    prepare(work_dir, [rel])
+    link(path, os.path.join(work_dir, rel))
+    return {**fetched, "manifest": record(work_dir, [rel])[rel],
+            "staged": report(work_dir, [rel])[rel]}
+
+
+def _same(blob, copy):
+    """Whether copy already is blob: the same file, or across file systems a copy that rsync's
+    quick check passes."""
+    try:
+        there = os.stat(copy)
+    except FileNotFoundError:
+        return False
+    here = os.stat(blob)
+    if here.st_dev == there.st_dev:
+        return os.path.samestat(here, there)
+    return quick(here) == quick(there)
+
+
+def link(snapshot, path):
+    """Make directory path the snapshot's files as hard links to its blobs, so the model is on
+    this disk once (a copy where path is on another file system); files the snapshot lacks go."""
+    wanted = files(snapshot)
+    for name in wanted:
+        blob, copy = os.path.realpath(os.path.join(snapshot, name)), os.path.join(path, name)
+        if _same(blob, copy):
+            continue
+        os.makedirs(os.path.dirname(copy), mode=0o700, exist_ok=True)
+        temporary = f"{copy}.linking"
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(temporary)
+        try:
+            os.link(blob, temporary)
+        except OSError as error:
+            if error.errno != errno.EXDEV:
+                raise
+            shutil.copy2(blob, temporary)
+        os.replace(temporary, copy)  # never written into: it may be another blob's link
+    for name in set(files(path)) - set(wanted):
+        os.remove(os.path.join(path, name))
 
 
 def report(work_dir, rels):

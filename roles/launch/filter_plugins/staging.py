@@ -5,7 +5,7 @@ network, all at once; a host whose copy matches the controller's manifest gets n
 
 A staged input is {rel: its path under the work dir (data/<name>, models/<name>), src: the
 controller's path, dir: whether it is a directory}; a manifest {file: [size, mtime, sha256]}. A
-Hugging Face model is fetched once, by the launch host (then its src is there: on_launch_host) or
+Hugging Face model is fetched once, by the launch host (which stages it there as it fetches it) or
 the controller, and staged like a directory.
 """
 
@@ -164,25 +164,18 @@ def _address(hostvars):
 def staging_controller_argv(staged, rel, problems, hostvars, info):
     """The controller's rsync of input rel to the launch host (problems: what differs there;
     hostvars, info: its variables and cluster_host_info), over the ssh Ansible uses, or a local
-    copy when Ansible runs there. A model the launch host fetched (on_launch_host: src is in its
-    Hugging Face cache) is copied there by an rsync the controller starts over that ssh."""
+    copy when Ansible runs there."""
     item = next(s for s in staged if s["rel"] == rel)
-    ssh = staging_ssh_command(hostvars)
-    local = _is_local(hostvars)  # the controller is the launch host
-    if not (local or item.get("on_launch_host")):
-        dest = f"{_host_word(_address(hostvars))}:{staging_remote_path(info, rel)}"
-        return staging_rsync_argv(item["src"], dest, item["dir"], ssh, problems)
-    argv = staging_rsync_argv(item["src"], posixpath.join(info["work_dir"], rel), item["dir"], ssh,
+    dest = (posixpath.join(info["work_dir"], rel) if _is_local(hostvars)  # the launch host
+            else f"{_host_word(_address(hostvars))}:{staging_remote_path(info, rel)}")
+    return staging_rsync_argv(item["src"], dest, item["dir"], staging_ssh_command(hostvars),
                               problems)
-    return argv if local else [*shlex.split(ssh), _address(hostvars), shlex.join(argv)]
 
 
 def staging_controller_commands(staged, stale, hostvars, info):
     """The controller's rsyncs to the launch host of the inputs it lacks (stale: its fact
     launch_stale), one after another (staging_transfer's sends)."""
-    source = {s["rel"]: "its Hugging Face cache" if s.get("on_launch_host") else "the controller"
-              for s in staged}
-    return [{"item": {"host": hostvars["inventory_hostname"], "rel": rel, "from": source[rel]},
+    return [{"item": {"host": hostvars["inventory_hostname"], "rel": rel, "from": "the controller"},
              "argv": staging_controller_argv(staged, rel, problems, hostvars, info)}
             for rel, problems in stale.items()]
 
