@@ -8,6 +8,7 @@ with the same job on the shared bridge-topology cluster (conftest.py: train_clus
 
 import contextlib
 import json
+import os
 from pathlib import Path
 
 import mlx.core as mx
@@ -195,6 +196,28 @@ def test_ring_over_the_cables_and_mpi_off_the_pool_train_alike(cables_cluster, t
     for name in by_ring:  # as tests/train/test_distributed.py compares 2 ranks with 1
         np.testing.assert_allclose(by_ring[name], by_mpi[name], rtol=1e-4, atol=1e-5,
                                    err_msg=name)
+
+
+def test_a_model_fans_out_over_the_cables(cables_cluster, tmp_path):
+    """-e model=DIR: the launch host sends each other host its copy over the cable between them
+    (the mesh logs in over the cables too), none of it over en0."""
+    vc = cables_cluster
+    size = 4 << 20
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "weights.bin").write_bytes(os.urandom(size))  # incompressible
+    before = port_bytes(vc)
+    run, _ = train(vc, tmp_path, "staged", model=str(model), command="python -c pass")
+    assert run.status == "successful", run.stdout[-6000:]
+    after = port_bytes(vc)
+    received = {port: after[port][0] - before[port][0] for port in after}
+    launch = vc.hosts[0].name
+    for host in vc.hosts[1:]:
+        [port] = [port for c in vc.cables if {c.a, c.b} == {launch, host.name}
+                  for name, port in c.ends if name == host.name]
+        assert received[host.name, port] > 0.9 * size, received
+        assert received[host.name, "en0"] < 0.1 * size, received
 
 
 # --- bench.yml --------------------------------------------------------------------------------

@@ -211,6 +211,12 @@ def test_the_launch_host_sends_each_other_host_only_what_it_lacks_to_its_mpi_add
                {"item": commands[1]["item"], "rc": 12, "stderr": closed + "\n"}]
     assert staging.staging_transfer_errors(results) == [
         f"h2: sending data/c.txt from h1 failed (rsync exit 12): {closed}"]
+    # Over cables: to the other end of the first cable from the launch host to that host.
+    ranked[2]["launch_stale"] = {"models/m": ["not there"]}
+    ends = [{"peer": peer, "peer_address": f"198.18.4.{n}"}
+            for peer, n in (("h3", 2), ("h2", 6), ("h2", 10))]
+    cabled = staging.staging_fanout_commands(STAGED, ranked, HOSTS, "h1", ends)
+    assert [c["argv"][-1].split(":")[0] for c in cabled] == ["198.18.4.6"] * 2 + ["198.18.4.2"]
 
 
 def test_the_launch_host_runs_its_transfers_at_once_in_its_work_dir(tmp_path):

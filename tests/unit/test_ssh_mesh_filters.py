@@ -45,6 +45,9 @@ def test_names_are_inventory_name_then_addresses_without_duplicates_or_blanks():
     ]  # fmt: skip
     assert mesh.ssh_mesh_names("m1.local", "m1.local", None) == ["m1.local"]
     assert mesh.ssh_mesh_names("m1", None, "") == ["m1"]
+    # Over cables: its ends of them, where train.yml's inputs reach it.
+    assert mesh.ssh_mesh_names("m1", "198.18.0.11", None, ["198.19.0.1", "198.19.0.5"]) == [
+        "m1", "198.18.0.11", "198.19.0.1", "198.19.0.5"]
 
 
 def test_host_keys_come_from_facts_in_the_wanted_order_and_types():

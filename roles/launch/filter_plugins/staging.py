@@ -180,12 +180,15 @@ def staging_controller_commands(staged, stale, hostvars, info):
             for rel, problems in stale.items()]
 
 
-def staging_fanout_commands(staged, ranked_vars, hosts, launch_host):
+def staging_fanout_commands(staged, ranked_vars, hosts, launch_host, cables=()):
     """The launch host's transfers (files/staging.py fanout, in its work dir): an rsync of each
     input another host lacks (its fact launch_stale) from the launch host's copy to that host's
-    MPI address, over the ssh mesh (its key and pinned host keys, from ~/.ssh/config), all at
-    once. ranked_vars: the ranked hosts' variables; hosts: cluster_host_list."""
-    addresses = {h["name"]: h["mpi_address"] for h in hosts}
+    MPI address, or over the cables topology to its end of the first cable from the launch host
+    (cables: the launch host's ends, cluster_cable_plan), over the ssh mesh (its key and pinned
+    host keys, from ~/.ssh/config), all at once. ranked_vars: the ranked hosts' variables; hosts:
+    cluster_host_list."""
+    cabled = {end["peer"]: end["peer_address"] for end in reversed(cables)}
+    addresses = {h["name"]: cabled.get(h["name"], h["mpi_address"]) for h in hosts}
     is_dir = {s["rel"]: s["dir"] for s in staged}
     rsh = shlex.join(["ssh", *SSH_OPTIONS, "-o", "StrictHostKeyChecking=yes"])
     commands = []

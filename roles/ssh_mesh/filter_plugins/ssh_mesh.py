@@ -46,11 +46,12 @@ def _safe_name(value, what):
     return value
 
 
-def ssh_mesh_names(inventory_name, ansible_host=None, thunderbolt_ip=None):
+def ssh_mesh_names(inventory_name, ansible_host=None, thunderbolt_ip=None, cable_addresses=()):
     """Every name a host is reached by, in order, without duplicates or blanks:
-    its inventory name, its management address and its interconnect address."""
+    its inventory name, its management address and its interconnect addresses (thunderbolt_ip,
+    or its ends of the cables)."""
     names = []
-    for name in (inventory_name, ansible_host, thunderbolt_ip):
+    for name in (inventory_name, ansible_host, thunderbolt_ip, *cable_addresses):
         name = str(name).strip() if name is not None else ""
         if name and name not in names:
             names.append(name)
