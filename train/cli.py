@@ -229,8 +229,8 @@ def parse(argv=None):
     for tracker in args.report_to:
         if importlib.util.find_spec(package := TRACKERS[tracker]) is None:
             fail(f"argument --report-to: {tracker} needs the {package} package in this Python "
-                 f"environment; it is in requirements.lock: add {package} to "
-                 f"python_env_packages and re-run setup.yml (make venv here)")
+                 f"environment; it is in requirements.lock: add {package} to the hosts' "
+                 f"python_env_packages and re-run setup.yml (on the controller: make venv)")
     if args.command is not None:
         check_command(args)
         return args

@@ -637,3 +637,18 @@ def test_preflight_names_a_host_whose_train_package_differs(cluster, tmp_path):
     assert f"train/ package on {odd.name} differs" in message, message
     assert f"{odd.name}: loop.py modified" in message, message
     assert [e for e in run.task_results() if e.get("task") == START_TASK] == []
+
+
+def test_preflight_names_the_hosts_without_a_trackers_package(cluster, tmp_path):
+    """report_to=wandb on hosts set up without it (python_env_packages' default): each host's
+    own python -m train refuses it in preflight, and the job is not started."""
+    vc = cluster
+    run, _ = train(vc, tmp_path, "no-wandb", steps=5, report_to="tensorboard,wandb")
+    assert run.status == "failed"
+    message = failure_message(run)
+    for host in vc.hosts:
+        assert (f"{host.name}: report_to: wandb needs the wandb package in this Python "
+                "environment; it is in requirements.lock: add wandb to the hosts' "
+                "python_env_packages") in message, message
+    assert "tensorboard" not in message.replace("report_to=tensorboard,wandb", "")
+    assert [e for e in run.task_results() if e.get("task") == START_TASK] == []

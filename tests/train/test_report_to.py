@@ -5,12 +5,17 @@ unchanged. Each tracker's own files are read back as its tools would."""
 import json
 import sqlite3
 import struct
+import sys
 
 import pytest
 from tensorboardX.proto.event_pb2 import Event
 from wandb.proto.wandb_internal_pb2 import Record
 
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
+
 from .conftest import metrics, run, train_cmd
+
+launch = load("roles/launch/filter_plugins/launch.py")
 
 WANDB_BLOCK = 32768  # a .wandb file: ":W&B" header (7 bytes), then LevelDB log blocks
 
@@ -102,3 +107,19 @@ def test_without_report_to_nothing_but_metrics_jsonl(tmp_path):
     run(train_cmd("--model", "mlp", "--steps", "5", "--out", out))
     assert metrics(out) and not {"tensorboard", "wandb", "trackio"} & {
         p.name for p in out.iterdir()}
+
+
+def test_a_host_without_a_trackers_package_is_named_with_the_fix_before_the_launch():
+    """train.yml's preflight runs `python -m train --check 1 --report-to=...` in each host's
+    environment (probe.yml): here one where wandb cannot be imported."""
+    hidden = ("import runpy, sys; sys.modules['wandb'] = None; sys.argv[0] = 'train'; "
+              "runpy.run_module('train', run_name='__main__')")
+    probed = run([sys.executable, "-c", hidden, "--check", "1", "--report-to=tensorboard,wandb"],
+                 check=False)
+    assert probed.returncode == 2
+    assert launch.launch_trackers_error(vars(probed) | {"rc": probed.returncode}, "h1") == (
+        "h1: report_to: wandb needs the wandb package in this Python environment; it is in "
+        "requirements.lock: add wandb to the hosts' python_env_packages and re-run setup.yml (on "
+        "the controller: make venv)")
+    assert launch.launch_trackers_error({"rc": 0}, "h1") == ""
+    assert launch.launch_trackers_error(None, "h1") == ""  # no report_to: not asked

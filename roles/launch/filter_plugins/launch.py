@@ -179,6 +179,15 @@ def launch_train_check_error(output):
     return re.sub(r"(?<![\w'])--([a-z]+(-[a-z]+)*)", lambda m: m[1].replace("-", "_"), text)
 
 
+def launch_trackers_error(probed, host):
+    """python -m train --check's refusal of report_to in a host's environment (a tracker's
+    package missing there: preflight's probe, None without report_to), naming the host; or ''."""
+    if not probed or probed["rc"] == 0:
+        return ""
+    why = probed.get("stderr") or probed.get("msg") or f"exit {probed['rc']}"
+    return f"{host}: {launch_train_check_error(why)}"
+
+
 def launch_np(value, hosts):
     """Ranks to start: the np the user gave, else every slot of the cluster."""
     total = sum(h["slots"] for h in hosts)
@@ -774,6 +783,7 @@ class FilterModule:
             "launch_request": launch_request,
             "launch_request_errors": launch_request_errors,
             "launch_mlx_argv": launch_mlx_argv,
+            "launch_trackers_error": launch_trackers_error,
             "launch_run_name": launch_run_name,
             "launch_shell_command": launch_shell_command,
             "launch_status_table": launch_status_table,
