@@ -226,6 +226,9 @@ def parse(argv=None):
         given = p.parse_args(argv, namespace=read_config(given.config))
     del given.config
     args = Settings(**vars(given))
+    if args.report_to and args.command is not None:
+        fail("argument --report-to: a --command program does its own reporting (mlx-lm's lora "
+             "reports to W&B itself); leave --report-to out")
     for tracker in args.report_to:
         if importlib.util.find_spec(package := TRACKERS[tracker]) is None:
             fail(f"argument --report-to: {tracker} needs the {package} package in this Python "

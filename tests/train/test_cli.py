@@ -247,3 +247,8 @@ def test_report_to_takes_a_list_from_the_flag_or_a_config_file(tmp_path):
     config.write_text("report_to: [trackio, tensorboard]\n")
     assert cli.parse(["--config", str(config)]).report_to == ("trackio", "tensorboard")
     assert cli.parse([]).report_to == ()
+
+
+def test_a_command_program_keeps_its_own_reporting(capsys):
+    assert "argument --report-to: a --command program does its own reporting" in error_of(
+        capsys, "--command", "python -m mlx_lm lora --report-to wandb", "--report-to", "wandb")
