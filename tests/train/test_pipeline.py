@@ -135,6 +135,7 @@ def test_the_stages_train_what_one_process_trains(request, deep_llm, one_process
     assert all(np.array_equal(loaded[k], piped[k]) for k in piped)
 
 
+@pytest.mark.slow
 def test_the_ring_backend_carries_the_pipeline_into_one_directory(tmp_path, deep_llm,
                                                                   one_process):
     """mlx.launch's ring on loopback (train.yml's backend over cables): the same adapters, and
@@ -152,6 +153,7 @@ def test_the_ring_backend_carries_the_pipeline_into_one_directory(tmp_path, deep
         np.testing.assert_allclose(value, single[key], rtol=0, atol=1e-4, err_msg=key)
 
 
+@pytest.mark.slow
 def test_a_resumed_pipeline_continues_exactly(tmp_path, deep_llm, two_stages):
     """Each stage resumes from its own checkpoint, at the step every stage has."""
     outs = [tmp_path / f"rank{r}" for r in range(2)]
@@ -234,6 +236,7 @@ def test_a_model_of_another_structure_is_refused(tmp_path, deep_llm):
             "splits llama, mistral, qwen2, qwen3 models") in result.stderr
 
 
+@pytest.mark.slow
 def test_a_stop_checkpoints_every_stage_at_one_step(tmp_path, deep_llm):
     """DIR/stop: each stage writes its checkpoint at the agreed step, and a resume goes on from
     there on every stage (the ranks share --out, as on one host)."""
