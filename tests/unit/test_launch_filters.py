@@ -1,7 +1,7 @@
 """The train.yml command builder and verdict (roles/launch/filter_plugins/launch.py).
 
 The mpirun part comes from mpi.py's mpirun_argv, fed by launch_mpi_options exactly as
-roles/launch/vars/main.yml does, so these tests cover the whole command line.
+filter_plugins/launch_plan.py does, so these tests cover the whole command line.
 """
 
 import importlib.metadata
@@ -259,7 +259,7 @@ def test_the_launch_command_shown_is_command_sh_s_exec_line():
 
 
 def request(**given):
-    """launch_request as roles/launch/vars/main.yml builds it from these extra vars."""
+    """launch_request as tasks/validate.yml builds it from these extra vars."""
     return launch.launch_request(REQUEST_SPEC, [given.get(name, "") for name in REQUEST_SPEC])
 
 

@@ -161,22 +161,27 @@ def _address(hostvars):
     return str(hostvars.get("ansible_host") or hostvars["inventory_hostname"])
 
 
-def staging_controller_argv(staged, rel, problems, hostvars, info):
+def staging_controller_argv(staged, rel, problems, hostvars, info, fetched=None):
     """The controller's rsync of input rel to the launch host (problems: what differs there;
     hostvars, info: its variables and cluster_host_info), over the ssh Ansible uses, or a local
-    copy when Ansible runs there."""
+    copy when Ansible runs there. fetched: what the controller's fetch of a Hugging Face model
+    found ({revision, path, manifest}): its path is the src of a staged hub model (the launch
+    plan knows none before the fetch)."""
     item = next(s for s in staged if s["rel"] == rel)
+    if item.get("hub") and fetched:
+        item = {**item, "src": fetched["path"]}
     dest = (posixpath.join(info["work_dir"], rel) if _is_local(hostvars)  # the launch host
             else f"{_host_word(_address(hostvars))}:{staging_remote_path(info, rel)}")
     return staging_rsync_argv(item["src"], dest, item["dir"], staging_ssh_command(hostvars),
                               problems)
 
 
-def staging_controller_commands(staged, stale, hostvars, info):
+def staging_controller_commands(staged, stale, hostvars, info, fetched=None):
     """The controller's rsyncs to the launch host of the inputs it lacks (stale: its fact
-    launch_stale), one after another (staging_transfer's sends)."""
+    launch_stale), one after another (staging_transfer's sends); fetched: as for
+    staging_controller_argv."""
     return [{"item": {"host": hostvars["inventory_hostname"], "rel": rel, "from": "the controller"},
-             "argv": staging_controller_argv(staged, rel, problems, hostvars, info)}
+             "argv": staging_controller_argv(staged, rel, problems, hostvars, info, fetched)}
             for rel, problems in stale.items()]
 
 
