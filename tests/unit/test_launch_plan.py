@@ -270,15 +270,33 @@ def test_the_controllers_data_and_model_are_staged_and_passed_by_their_host_path
     assert {"item": "rsync", "argv": ["rsync", "--version"]} in plan["probes"]
 
 
+def test_each_host_checks_report_to_with_its_installed_train():
+    inputs = given(BRIDGE)
+    plan = plans.launch_plan(request(model="mlp", report_to="wandb,trackio"), inputs)
+    trackers = next(p for p in plan["probes"] if p["item"] == "trackers")
+    assert trackers["argv"] == ["/Users/alice/mlx-cluster/venv/bin/python", "-I", "-m", "train",
+                                "--check", "1", "--report-to=wandb,trackio"]
+    assert "trackers" not in [p["item"] for p in plans.launch_plan(request(), inputs)["probes"]]
+    found = _on(answers(plan, inputs), 1, "versions")
+    found["results"][1].append({"item": "trackers", "rc": 2, "stdout": "",
+                                "stderr": "train: error: argument --report-to: wandb needs x"})
+    errors = plans.launch_plan(request(model="mlp", report_to="wandb"), inputs,
+                               judged(found))["errors"]
+    assert errors == ["b: report_to: wandb needs x"]
+
+
 def test_a_hub_model_is_fetched_at_the_revision_a_resumed_run_recorded():
     runs = [{"run": "r1", "state": "stopped", "started": 1, "last_step": 5,
              "hub_model": {"repo": "ann/tiny", "revision": "c" * 40}}]
     plan = plan_of(request(model="ann/tiny", run_name="r1", resume="true"), given(BRIDGE),
                    runs=runs, run_dirs="r1\n")
     assert plan["errors"] == [] and plan["model_rel"] == "models/ann--tiny"
-    assert plan["staged"] == [{"rel": "models/ann--tiny", "src": None, "dir": True, "hub": True,
-                               "on_launch_host": True}]
-    assert plan["hub_model"] == {"repo": "ann/tiny", "revision": "c" * 40}
+    assert plan["staged"] == [{"rel": "models/ann--tiny", "src": None, "dir": True, "hub": True}]
+    # The launch host fetches it into its cache and stages it into its work dir.
+    assert plan["hub_model"] == {"repo": "ann/tiny", "revision": "c" * 40,
+                                 "work_dir": "/Users/alice/mlx-cluster", "rel": "models/ann--tiny"}
+    controller = plan_of(request(model="ann/tiny", model_source="controller"), given(BRIDGE))
+    assert controller["hub_model"] == {"repo": "ann/tiny", "revision": ""}
     assert "--model=models/ann--tiny" in plan["argv"] and "--resume" in plan["argv"]
 
 
