@@ -123,11 +123,15 @@ def average_gradients(grads, group, bucket_bytes, wire_dtype=mx.float32):
             buckets.append(bucket)
             bucket, size = [], 0
     buckets += [bucket] if bucket else []
-    averaged = []
-    for bucket in buckets:
-        wire = mx.concatenate([grad.reshape(-1).astype(wire_dtype) for _, grad in bucket])
-        total = mx.distributed.all_sum(wire, group=group)
-        ends = list(itertools.accumulate(grad.size for _, grad in bucket))[:-1]
-        averaged += [(key, part.astype(grad.dtype).reshape(grad.shape) / group.size())
-                     for (key, grad), part in zip(bucket, mx.split(total, ends), strict=True)]
-    return tree_unflatten(averaged)
+    return tree_unflatten([(key, total / group.size()) for bucket in buckets
+                           for key, total in all_sum_together(bucket, group, wire_dtype)])
+
+
+def all_sum_together(items, group, wire_dtype=None):
+    """[(key, array)] summed over the group in one all-reduce: concatenated (as wire_dtype, if
+    given), summed, and cut back into each array's shape and dtype."""
+    wire = mx.concatenate([a.reshape(-1).astype(wire_dtype or a.dtype) for _, a in items])
+    total = mx.distributed.all_sum(wire, group=group)
+    ends = list(itertools.accumulate(a.size for _, a in items))[:-1]
+    return [(key, part.astype(a.dtype).reshape(a.shape))
+            for (key, a), part in zip(items, mx.split(total, ends), strict=True)]
