@@ -46,6 +46,28 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: "speed" in item.keywords)
 
 
+# Seconds each `make test` worker spent in each group's tests (setup and teardown included):
+# with the slowest tests, what every CI log says about where its time goes and how the groups
+# share the workers.
+BUSY: dict[tuple[str, str], float] = {}
+
+
+def pytest_runtest_logreport(report):
+    worker = getattr(getattr(report, "node", None), "workerinput", {}).get("workerid")
+    if worker:  # a report pytest-xdist brought back from a worker
+        group = report.nodeid.partition("@")[2] or "in-process"
+        BUSY[worker, group] = BUSY.get((worker, group), 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if BUSY:
+        terminalreporter.write_sep("=", "busy seconds per worker and group")
+        for worker in sorted({w for w, _ in BUSY}):
+            groups = {g: s for (w, g), s in BUSY.items() if w == worker}
+            parts = ", ".join(f"{g} {s:.0f}" for g, s in sorted(groups.items()))
+            terminalreporter.write_line(f"{worker}: {sum(groups.values()):.0f} ({parts})")
+
+
 @pytest.fixture
 def vcluster(tmp_path_factory):
     """`vc = vcluster(hosts=2, **kw)` returns an up VirtualCluster; all are removed at test end."""
