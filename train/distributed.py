@@ -1,5 +1,6 @@
 """Joining the launcher's world, and sharing rank 0's state with the other ranks."""
 
+import functools
 import itertools
 import json
 import os
@@ -107,31 +108,46 @@ def from_rank0(tree, group):
     return summed
 
 
+@functools.cache
+def comm_stream():
+    """The CPU stream of a step's all-reduces: its own worker thread sends one bucket of
+    gradients while the default stream computes the next (MLX runs each stream's work on a
+    thread of its own, in the order it was started, waiting for inputs from other streams)."""
+    return mx.new_stream(mx.cpu)
+
+
 def average_gradients(grads, group, bucket_bytes, wire_dtype=mx.float32):
     """Every rank's gradients averaged. Tensors travel concatenated in buckets of at least
-    bucket_bytes on the wire (0: one all-reduce per tensor; the last bucket may be smaller) and
-    as wire_dtype: bfloat16 halves the bytes, and the sums come back in each tensor's own dtype,
-    so the weights and the optimizer stay float32. (mlx.nn.average_gradients has no wire dtype.)
-    """
+    bucket_bytes on the wire (0: one all-reduce per tensor; the first tensors' bucket may be
+    smaller) and as wire_dtype: bfloat16 halves the bytes, and the sums come back in each
+    tensor's own dtype, so the weights and the optimizer stay float32. (mlx.nn.average_gradients
+    has no wire dtype.) Buckets are filled from the last tensor back, the order in which the
+    backward pass computes them, and each one's all-reduce starts on comm_stream() as soon as
+    its gradients exist: given unevaluated gradients, they travel while the backward pass goes
+    on, as PyTorch's DDP does. Any other all-reduce until these are evaluated must run on
+    comm_stream() too, after them, in the same order on every rank."""
     if group.size() == 1:
         return grads
     buckets, bucket, size = [], [], 0
-    for key, grad in tree_flatten(grads):
+    for key, grad in reversed(tree_flatten(grads)):
         bucket.append((key, grad))
         size += grad.size * wire_dtype.size
         if size >= bucket_bytes:
             buckets.append(bucket)
             bucket, size = [], 0
     buckets += [bucket] if bucket else []
-    return tree_unflatten([(key, total / group.size()) for bucket in buckets
-                           for key, total in all_sum_together(bucket, group, wire_dtype)])
+    return tree_unflatten([(key, total / group.size()) for bucket in buckets for key, total
+                           in all_sum_together(bucket, group, wire_dtype, comm_stream())])
 
 
-def all_sum_together(items, group, wire_dtype=None):
+def all_sum_together(items, group, wire_dtype=None, stream=None):
     """[(key, array)] summed over the group in one all-reduce: concatenated (as wire_dtype, if
-    given), summed, and cut back into each array's shape and dtype."""
+    given), summed, and cut back into each array's shape and dtype. On a stream, the all-reduce
+    starts at once and runs there, without holding up the default stream's work."""
     wire = mx.concatenate([a.reshape(-1).astype(wire_dtype or a.dtype) for _, a in items])
-    total = mx.distributed.all_sum(wire, group=group)
+    total = mx.distributed.all_sum(wire, group=group, stream=stream)
+    if stream is not None:
+        mx.async_eval(total)
     ends = list(itertools.accumulate(a.size for _, a in items))[:-1]
     return [(key, part.astype(a.dtype).reshape(a.shape))
             for (key, a), part in zip(items, mx.split(total, ends), strict=True)]

@@ -179,19 +179,21 @@ def run(args, group):
             scale = world / float(batch[2].sum())
             shard = map(mx.array, data.shard(batch, rank, world))
             loss, grads = loss_and_grad(model, *shard, scale)
+            # Unevaluated: each bucket's all-reduce starts while the backward pass goes on.
+            averaged = distributed.average_gradients(grads, group, args.grad_bucket_bytes,
+                                                     getattr(mx, args.grad_dtype))
         else:  # the stages' sends and receives are the step itself
             loss, grads = pipeline.step(stage, batch, args.micro_batches, group)
+            averaged = grads
         mx.eval(loss, grads)
-        synced = time.perf_counter()
-        if stage is None:
-            grads = distributed.average_gradients(grads, group, args.grad_bucket_bytes,
-                                                  getattr(mx, args.grad_dtype))
-        # Rank 0's stop request reaches every rank in the same evaluation as the gradients'
-        # all-reduce: one more 4-byte sum, no extra round trip, and all ranks agree on the step.
-        stop = mx.distributed.all_sum(mx.array(int(rank == 0 and stop_file.exists())), group=group)
-        mx.eval(grads, stop)
+        synced = time.perf_counter()  # from here: the averaging the backward pass did not hide
+        # Rank 0's stop request reaches every rank after the gradients' all-reduces, on their
+        # stream: one more 4-byte sum, no extra round trip, and all ranks agree on the step.
+        stop = mx.distributed.all_sum(mx.array(int(rank == 0 and stop_file.exists())),
+                                      group=group, stream=distributed.comm_stream())
+        mx.eval(averaged, stop)
         sync_time += time.perf_counter() - synced
-        optimizer.update(model, grads)
+        optimizer.update(model, averaged)
         mx.eval(model.parameters(), optimizer.state)
         if step == start + 1:
             keep_freed_buffers()

@@ -1,6 +1,7 @@
 """train.distributed.average_gradients over a real `mpirun -np 2`: the mean of both ranks'
-gradients for every bucket size, exact in float32 and within bfloat16's rounding on the wire;
-and training with bfloat16 gradients on the wire ends where float32 does."""
+gradients for every bucket size, exact in float32 and within bfloat16's rounding on the wire,
+the same bit for bit when the all-reduces overlap the backward pass; and training with bfloat16
+gradients on the wire ends where float32 does."""
 
 import json
 import sys
@@ -14,6 +15,7 @@ pytestmark = needs_mpirun
 AVERAGE = """
 import json, sys
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 from train import distributed
@@ -40,6 +42,25 @@ for dtype in ("float32", "bfloat16"):
         errors[f"{dtype}/{bucket}"] = max(
             float(np.max(np.abs(np.array(flat[k]) - sum(g[k] for g in both) / len(both))))
             for k in flat)
+
+# A model's gradients averaged unevaluated (each bucket's all-reduce starts while the backward
+# pass goes on) and evaluated first (nothing left to overlap), in buckets of about one tensor.
+mx.random.seed(0)
+model = nn.Sequential(*(nn.Linear(64, 64) for _ in range(4)))
+loss_and_grad = nn.value_and_grad(model, lambda model, x: model(x).square().sum())
+inputs = mx.random.normal((8, 64), key=mx.random.key(group.rank()))
+
+
+def averaged(evaluate_first):
+    _, grads = loss_and_grad(model, inputs)
+    if evaluate_first:
+        mx.eval(grads)
+    return [np.array(a) for _, a in tree_flatten(
+        distributed.average_gradients(grads, group, 64 * 64 * 4))]
+
+
+overlapped, after = averaged(False), averaged(True)
+errors["overlap"] = max(float(np.max(np.abs(a - b))) for a, b in zip(overlapped, after))
 if group.rank() == 0:
     print(json.dumps(errors))
 """
@@ -48,6 +69,7 @@ if group.rank() == 0:
 def test_the_average_is_the_mean_for_every_bucket_size_and_wire_type():
     app = [sys.executable, "-c", AVERAGE]
     errors = json.loads(run(mpirun_cmd(app, app)).stdout.strip().splitlines()[-1])
+    assert errors.pop("overlap") == 0.0
     for name, error in errors.items():
         # float32: the same sum as one process's; bfloat16: 8 bits of mantissa on the wire
         # (values ~N(0, 1), |x| < 5: one rounding of each addend and of the sum, < 2^-8 x 5 x 2).
