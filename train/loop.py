@@ -50,6 +50,14 @@ def build(args, group):
     return models.build(args.model, inputs.shape[1:], args.width), train, test, None
 
 
+def update(optimizer, model, averaged):
+    """The optimizer's step, each parameter's started in the order distributed.average_gradients
+    sends their buckets: a bucket's parameters are updated while the next buckets travel."""
+    optimizer.update(model, averaged)
+    for _, parameter in reversed(tree_flatten(model.trainable_parameters())):
+        mx.async_eval(parameter)
+
+
 def weighted_loss(model, inputs, targets, weights, scale):
     logits = model(inputs).astype(mx.float32)
     return (nn.losses.cross_entropy(logits, targets) * weights).sum() * scale
@@ -186,14 +194,14 @@ def run(args, group):
             loss, grads = pipeline.step(stage, batch, args.micro_batches, group)
             averaged = grads
         mx.eval(loss, grads)
-        synced = time.perf_counter()  # from here: the averaging the backward pass did not hide
+        update(optimizer, model, averaged)
         # Rank 0's stop request reaches every rank after the gradients' all-reduces, on their
         # stream: one more 4-byte sum, no extra round trip, and all ranks agree on the step.
         stop = mx.distributed.all_sum(mx.array(int(rank == 0 and stop_file.exists())),
                                       group=group, stream=distributed.comm_stream())
-        mx.eval(averaged, stop)
+        synced = time.perf_counter()  # from here: the averaging the backward pass did not hide
+        mx.eval(stop)  # after every bucket's sum
         sync_time += time.perf_counter() - synced
-        optimizer.update(model, averaged)
         mx.eval(model.parameters(), optimizer.state)
         if step == start + 1:
             keep_freed_buffers()
