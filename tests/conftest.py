@@ -55,7 +55,8 @@ BUSY: dict[tuple[str, str], float] = {}
 def pytest_runtest_logreport(report):
     worker = getattr(getattr(report, "node", None), "workerinput", {}).get("workerid")
     if worker:  # a report pytest-xdist brought back from a worker
-        group = report.nodeid.partition("@")[2] or "in-process"
+        group = report.nodeid.rpartition("@")[2]  # xdist's suffix, when the test has a group
+        group = group if group in SESSION_CLUSTERS.values() else "in-process"
         BUSY[worker, group] = BUSY.get((worker, group), 0.0) + report.duration
 
 
