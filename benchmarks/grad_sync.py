@@ -34,8 +34,9 @@ dtype, rounds, backend, what = getattr(mx, sys.argv[1]), int(sys.argv[2]), sys.a
 if backend == "mpi":
     distributed.choose_openmpi_allreduce()  # as train does, unless mpirun set coll_tuned_*
 group = mx.distributed.init(strict=True, backend=backend)
-if what == "average":
-    grads = {f"layer{i}": mx.ones((1 << 20,)) * (group.rank() + 1) for i in range(16)}  # 64 MiB
+if what == "average":  # 16 tensors of that many elements in all (64 MiB of float32 in main)
+    grads = {f"layer{i}": mx.ones((int(sys.argv[5]) // 16,)) * (group.rank() + 1)
+             for i in range(16)}
     run = lambda: distributed.average_gradients(grads, group, 32 << 20, dtype)
 else:  # the stock all-reduce of one array (64 MiB of float32 in main), with train's buffer cache
     grads = mx.ones((int(sys.argv[5]),), dtype=dtype)
@@ -71,11 +72,13 @@ def stock(vc, workdir, seconds, tag):
     return found
 
 
-def ours(vc, dtype, backend, rounds, what="average", np=3, mpi_args=None, elements=16 << 20):
-    """(fastest, median) of train's average on bridge0 (what="all_sum": a stock all-reduce of one
-    array of that many elements, in a process set up as train sets itself up): under mpirun
-    with train.yml's flags on the hostfile's first np hosts (mpi_args: its flags after them), or
-    with the ring backend on every host at once (MLX_RANK, bench.yml's ring hostfile)."""
+def ours(vc, dtype, backend, rounds, what="average", np=3, mpi_args=None, elements=16 << 20,
+         ring_hostfile="mlx-cluster/bench/ring-thunderbolt.json"):
+    """(fastest, median) of train's average of that many float32 elements on bridge0
+    (what="all_sum": a stock all-reduce of one array of them, in a process set up as train sets
+    itself up): under mpirun with train.yml's flags on the hostfile's first np hosts (mpi_args:
+    its flags after them), or with the ring backend on the first np hosts at once (MLX_RANK,
+    ring_hostfile: bench.yml's ring hostfile, or one of np hosts)."""
     for host in vc.hosts:  # each host has its own /tmp: the script goes to every home
         vc.run(host, "cat >average.py", user=host.user, input=AVERAGE)
     script = ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds), backend, what,
@@ -86,8 +89,8 @@ def ours(vc, dtype, backend, rounds, what="average", np=3, mpi_args=None, elemen
                                extra_args=mpi_args)
         lines = [f"cd && {shlex.join(argv + script)}"]
     else:
-        lines = [f"cd && MLX_RANK={rank} MLX_HOSTFILE=mlx-cluster/bench/ring-thunderbolt.json "
-                 f"{shlex.join(script)}" for rank in range(len(vc.hosts))]
+        lines = [f"cd && MLX_RANK={rank} MLX_HOSTFILE={ring_hostfile} {shlex.join(script)}"
+                 for rank in range(np)]
     procs = [subprocess.Popen(as_user(vc, host, line), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
              for host, line in zip(vc.hosts, lines, strict=False)]  # mpirun: one line

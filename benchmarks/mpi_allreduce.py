@@ -1,14 +1,16 @@
-"""Open MPI's all-reduce algorithm against the wire: train's average of a 64 MiB gradient over
-MLX mpi with Open MPI's own choice, with train's rules, and with algorithms its tuned collectives
-can be forced to, on 3 and 4 ranks, float32 and bfloat16 on the wire, all in one run.
+"""Open MPI's all-reduce algorithm against the wire: train's average of a 64 MiB (and 256 MiB)
+gradient over MLX mpi with Open MPI's own choice, with train's rules, and with algorithms its
+tuned collectives can be forced to, beside MLX's ring backend, on 3 and 4 ranks, float32 and
+bfloat16 on the wire, all in one run.
 
     sudo .venv/bin/python -m benchmarks.mpi_allreduce [--rounds 10] [--passes 3] [--rate 1gbit]
-        [--ranks 3,4] [--choices own,train,ring]
+        [--ranks 3,4] [--choices own,train,ring] [--sizes 64,256] [--mlx-ring]
 
 A 4-host virtual cluster (one rank each) is set up with setup.yml, bridge0 shaped to --rate (tc
 tbf) so that the link, not this machine's 2 cores, bounds the transfer. Each configuration runs
 train.distributed.average_gradients as grad_sync does (16 tensors of 4 MiB, 32 MiB buckets) under
-mpirun with train.yml's flags on the hostfile's first 3 or 4 hosts, plus its own. The floor: a
+mpirun with train.yml's flags on the hostfile's first 3 or 4 hosts, plus its own; with
+--mlx-ring also with MLX's ring backend on those hosts (train.yml's backend=ring). The floor: a
 ring all-reduce of S bytes on n ranks moves 2(n-1)/n x S through each rank's link, at --rate.
 Small messages (one all-reduce of 4 KiB and of 256 KiB, float32) show what each choice costs
 where latency, not the link, counts.
@@ -16,6 +18,8 @@ Writes benchmarks/results/mpi_allreduce-<rate>.md.
 """
 
 import argparse
+import itertools
+import json
 import re
 import statistics
 from pathlib import Path
@@ -24,7 +28,8 @@ from benchmarks.cluster import set_up_cluster, write_results
 from benchmarks.grad_sync import MiB, ours
 
 RESULTS = Path(__file__).parent / "results" / "mpi_allreduce.md"
-GRADIENT = 64 * MiB  # float32; bfloat16 on the wire halves it
+MLX_RING = "MLX ring (backend=ring)"
+RING_PORT = 5770  # its first port (one per rank)
 SMALL = (4 << 10, 256 << 10)  # bytes of float32
 TUNED = ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm"]
 # name: (what the report calls it, mpirun's flags). Any coll_tuned_* flag makes train's rules
@@ -51,6 +56,22 @@ def floor_seconds(size, ranks, rate):
     return 2 * (ranks - 1) / ranks * size * 8 / bits_per_second(rate)
 
 
+def write_ring_hostfiles(vc, ranks):
+    """ring-<n>.json in every host's home: MLX_HOSTFILE of the ring backend on the first n hosts
+    over bridge0 (bench.yml's format)."""
+    for n in ranks:
+        text = json.dumps([[f"{h.thunderbolt_ip}:{RING_PORT + i}"]
+                           for i, h in enumerate(vc.hosts[:n])])
+        for host in vc.hosts:
+            vc.run(host, f"cat >ring-{n}.json", user=host.user, input=text)
+
+
+def _order(item):
+    """Rows by ranks, the gradients before the small messages, size, dtype."""
+    (n, size, what, _), _times = item
+    return n, what == "small", size, what
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
@@ -59,21 +80,31 @@ def main():
     parser.add_argument("--ranks", default="3,4", help="rank counts, e.g. 3,4")
     parser.add_argument("--choices", default="own,train,ring",
                         help=f"comma-separated, of {','.join(CHOICES)}")
+    parser.add_argument("--sizes", default="64", help="gradient MiB of float32, e.g. 64,256")
+    parser.add_argument("--mlx-ring", action="store_true", help="MLX's ring backend beside")
     args = parser.parse_args()
     ranks = [int(n) for n in args.ranks.split(",")]
+    sizes = [int(s) * MiB for s in args.sizes.split(",")]
     choices = dict(CHOICES[name] for name in args.choices.split(","))
-    rows = {}  # (ranks, what, choice) -> [(fastest, median) per pass]
+    rows = {}  # (ranks, MiB, what, choice) -> [(fastest, median) per pass]
     with set_up_cluster(hosts=max(ranks), shape=f"bridge0={args.rate}") as (vc, _):
+        if args.mlx_ring:
+            write_ring_hostfiles(vc, ranks)
         # Alternate the choices within each pass, so that a slow spell of the machine hits all.
         for _ in range(args.passes):
+            for n, size, dtype in itertools.product(ranks, sizes, ("float32", "bfloat16")):
+                for name, flags in choices.items():
+                    rows.setdefault((n, size, dtype, name), []).append(
+                        ours(vc, dtype, "mpi", args.rounds, np=n, mpi_args=flags,
+                             elements=size // 4))
+                if args.mlx_ring:
+                    rows.setdefault((n, size, dtype, MLX_RING), []).append(
+                        ours(vc, dtype, "ring", args.rounds, np=n, elements=size // 4,
+                             ring_hostfile=f"ring-{n}.json"))
             for n in ranks:
-                for dtype in ("float32", "bfloat16"):
-                    for name, flags in choices.items():
-                        rows.setdefault((n, dtype, name), []).append(
-                            ours(vc, dtype, "mpi", args.rounds, np=n, mpi_args=flags))
                 for size in SMALL:
                     for name, flags in choices.items():
-                        rows.setdefault((n, size, name), []).append(
+                        rows.setdefault((n, size, "small", name), []).append(
                             ours(vc, "float32", "mpi", args.rounds * 5, "all_sum", n, flags,
                                  size // 4))
 
@@ -93,20 +124,22 @@ def main():
         f"passes of {args.rounds} rounds; fastest round over all, median of the passes' medians.",
         "",
         f"Command: `sudo .venv/bin/python -m benchmarks.mpi_allreduce --rounds {args.rounds} "
-        f"--passes {args.passes} --rate {args.rate} --ranks {args.ranks} --choices {args.choices}`",
+        f"--passes {args.passes} --rate {args.rate} --ranks {args.ranks} --choices {args.choices} "
+        f"--sizes {args.sizes}" + (" --mlx-ring`" if args.mlx_ring else "`"),
         "",
-        "| ranks | on the wire | Open MPI's all-reduce | fastest ms | median ms | floor ms "
-        "| fastest / floor | median / floor |",
-        "|---:|---|---|---:|---:|---:|---:|---:|",
+        "| ranks | gradient | on the wire | backend and Open MPI's all-reduce | fastest ms "
+        "| median ms | floor ms | fastest / floor | median / floor |",
+        "|---:|---:|---|---|---:|---:|---:|---:|---:|",
     ]
-    for (n, what, name), (fast, median) in best.items():
-        if isinstance(what, str):
-            floor = floor_seconds(GRADIENT // (2 if what == "bfloat16" else 1), n, args.rate)
-            lines.append(f"| {n} | {what} | {name} | {fast * 1e3:.0f} | {median * 1e3:.0f} | "
-                         f"{floor * 1e3:.0f} | {fast / floor:.2f}x | {median / floor:.2f}x |")
+    for (n, size, what, name), (fast, median) in sorted(best.items(), key=_order):
+        if what == "small":
+            lines.append(f"| {n} | {size >> 10} KiB (small) | float32 | {name} | "
+                         f"{fast * 1e3:.2f} | {median * 1e3:.2f} | | | |")
         else:
-            lines.append(f"| {n} | {what >> 10} KiB (small) | {name} | {fast * 1e3:.2f} | "
-                         f"{median * 1e3:.2f} | | | |")
+            floor = floor_seconds(size // (2 if what == "bfloat16" else 1), n, args.rate)
+            lines.append(f"| {n} | {size >> 20} MiB | {what} | {name} | {fast * 1e3:.0f} | "
+                         f"{median * 1e3:.0f} | {floor * 1e3:.0f} | {fast / floor:.2f}x | "
+                         f"{median / floor:.2f}x |")
     write_results(RESULTS.with_stem(f"mpi_allreduce-{args.rate}"), lines)
 
 
