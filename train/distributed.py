@@ -34,13 +34,11 @@ def launcher_sizes():
 
 
 def init():
-    """The world group: strict under a launcher, so that failing to join it is an error. Under
-    mpirun, Open MPI's all-reduce follows OPENMPI_RULES."""
+    """The world group: strict under a launcher, so that failing to join it is an error. (Under
+    train.yml's mpirun, Open MPI's all-reduce follows OPENMPI_RULES: the launch passes them.)"""
     sizes = launcher_sizes()
     if all(size == 1 for size in sizes.values()):  # no launcher, or a world of one process
         return mx.distributed.init()
-    if "OMPI_COMM_WORLD_SIZE" in sizes:
-        choose_openmpi_allreduce()
     try:
         return mx.distributed.init(strict=True)
     except RuntimeError as e:
@@ -49,10 +47,11 @@ def init():
 
 
 def choose_openmpi_allreduce():
-    """Open MPI reads its parameters from the environment when MLX starts it: OPENMPI_RULES,
-    unless the launch set any of its tuned collectives' parameters (mpirun --mca coll_tuned_...
-    reaches each rank as OMPI_MCA_coll_tuned_...; train.yml's mpi_extra_args), which then
-    decide alone."""
+    """OPENMPI_RULES for a process that starts Open MPI outside train.yml's launch (which passes
+    them to every rank itself: roles/launch, launch_openmpi_rules), as bench.yml's all-reduce
+    and benchmarks/ do: Open MPI reads its parameters from the environment when MLX starts it.
+    Unless the launcher set any of its tuned collectives' parameters (mpirun --mca
+    coll_tuned_... reaches each rank as OMPI_MCA_coll_tuned_...), which then decide alone."""
     if not any(key.startswith("OMPI_MCA_coll_tuned_") for key in os.environ):
         os.environ.update(OMPI_MCA_coll_tuned_use_dynamic_rules="1",
                           OMPI_MCA_coll_tuned_dynamic_rules_filename=str(OPENMPI_RULES))

@@ -1,16 +1,18 @@
 """Real `mpirun -np 2` on this machine: two ranks train the same model as one process, only
 rank 0 writes or prints, and a world that is not the launcher's size stops the run; Open MPI's
-all-reduce follows train's rules unless the launch chose."""
+all-reduce follows train's rules as train.yml's launch passes them."""
 
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from tests.unit.plugins import load
 from train import distributed
 
 from .conftest import (
@@ -24,6 +26,7 @@ from .conftest import (
     train_cmd,
 )
 
+launch = load("roles/launch/filter_plugins/launch.py")
 pytestmark = needs_mpirun
 SETTINGS = ("--steps", "60", "--batch-size", "32", "--log-every", "10", "--eval-every", "30")
 
@@ -115,6 +118,7 @@ LOOPBACK_BYTES = """
 import sys
 from pathlib import Path
 import mlx.core as mx
+from tests.unit.plugins import load
 from train import distributed
 
 def sent():
@@ -142,8 +146,11 @@ def test_train_runs_open_mpis_ring_for_large_all_reduces_and_its_own_choice_for_
     """3 ranks over TCP on the loopback of a network namespace of their own (nothing else on it):
     a ring all-reduce sends 2(n-1)/n of the message from each rank, 4x the message in all; Open
     MPI's own choice for 3 ranks (Open MPI 4.1) sends more. Without the rules both sizes would
-    send the same share."""
-    app = [sys.executable, "-c", LOOPBACK_BYTES]
+    send the same share. Each rank is given the rules as train.yml's rank program gives them
+    (launch.OPENMPI_RULES_ENV, the file in train/)."""
+    rules = shlex.quote(str(distributed.OPENMPI_RULES.with_name(launch.OPENMPI_RULES)))
+    app = ["/bin/sh", "-c", f'export {launch.OPENMPI_RULES_ENV}{rules} && exec "$0" -c "$1"',
+           sys.executable, LOOPBACK_BYTES]
     cmd = mpirun_cmd(app, app, app)
     cmd[1:1] = ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
                 "--mca", "oob_tcp_if_include", "lo"]
@@ -158,7 +165,7 @@ def tuned_parameters():
     return {k: v for k, v in os.environ.items() if k.startswith("OMPI_MCA_coll_tuned_")}
 
 
-def test_train_chooses_open_mpis_allreduce_unless_the_launch_did(monkeypatch):
+def test_a_process_outside_the_launch_chooses_trains_rules_unless_its_launcher_did(monkeypatch):
     for key in tuned_parameters():
         monkeypatch.delenv(key)
     distributed.choose_openmpi_allreduce()
@@ -167,7 +174,7 @@ def test_train_chooses_open_mpis_allreduce_unless_the_launch_did(monkeypatch):
         "OMPI_MCA_coll_tuned_dynamic_rules_filename": str(distributed.OPENMPI_RULES)}
     assert distributed.OPENMPI_RULES.is_absolute()  # each rank's working directory differs
 
-    # mpirun --mca coll_tuned_use_dynamic_rules 0 (train.yml's mpi_extra_args): Open MPI's own.
+    # mpirun --mca coll_tuned_use_dynamic_rules 0 (bench.yml's flags): Open MPI's own.
     for key in tuned_parameters():
         monkeypatch.delenv(key)
     monkeypatch.setenv("OMPI_MCA_coll_tuned_use_dynamic_rules", "0")

@@ -189,13 +189,19 @@ def test_paths_that_differ_beyond_the_home_are_refused_naming_the_hosts():
 def test_rank_program_really_runs_in_each_hosts_home(tmp_path):
     """Run the wrapper with /bin/sh as mpirun would, for two different homes: each rank gets
     its own absolute --out (the supervisor finds the job's processes by it)."""
-    plan = layout.cluster_layout([info("a", "/home/alice"), info("b", "/home/bob")])
-    program = launch.launch_rank_program(plan, "runs/r-x")
+    infos = [info("a", "/home/alice"), info("b", "/home/bob")]
+    plan = layout.cluster_layout(infos)
+    train_dirs = [f"{i['work_dir']}/venv/lib/python3.11/site-packages/train" for i in infos]
+    rules, errors = launch.launch_openmpi_rules({"mpi_allreduce_rules": True}, train_dirs, infos)
+    assert errors == []
+    program = launch.launch_rank_program(plan, "runs/r-x", rules)
     for rank, user in enumerate(("alice", "bob")):
         home = tmp_path / user
         python = home / "mlx-cluster" / "venv" / "bin" / "python"
         python.parent.mkdir(parents=True)
-        python.write_text('#!/bin/sh\necho "cwd=$PWD args=$*"; printf "%s\\n" "$@"\n')
+        python.write_text('#!/bin/sh\necho "cwd=$PWD args=$*"; printf "%s\\n" "$@"\n'
+                          'echo "$OMPI_MCA_coll_tuned_use_dynamic_rules '
+                          '$OMPI_MCA_coll_tuned_dynamic_rules_filename"\n')
         python.chmod(0o755)
         env = {"HOME": str(home), "OMPI_COMM_WORLD_RANK": str(rank), "PATH": "/usr/bin:/bin"}
         args = ["--data=data/with space", "--model=-odd"]
@@ -203,9 +209,19 @@ def test_rank_program_really_runs_in_each_hosts_home(tmp_path):
         log = home / "mlx-cluster" / "runs" / "r-x" / "logs" / f"rank.{rank}.log"
         lines = log.read_text().splitlines()
         assert lines[0].startswith(f"cwd={home}/mlx-cluster ")
-        assert lines[1:] == ["-m", "train", "--out", f"{home}/mlx-cluster/runs/r-x", *args]
+        assert lines[1:-1] == ["-m", "train", "--out", f"{home}/mlx-cluster/runs/r-x", *args]
+        # Open MPI's all-reduce by train's rules, this host's copy, whatever the rank's directory.
+        assert lines[-1] == (f"1 {home}/mlx-cluster/venv/lib/python3.11/site-packages/train/"
+                             "openmpi-allreduce.rules")
         for private in (home / "mlx-cluster" / "runs", log.parent, log):
             assert private.stat().st_mode & 0o077 == 0, private
+
+
+def test_trains_open_mpi_rules_are_one_absolute_path_where_the_environment_is_shared():
+    infos = [info("a", "/home/alice"), info("b", "/home/bob")]
+    shared = ["/opt/env/lib/python3.11/site-packages/train"] * 2
+    assert launch.launch_openmpi_rules({"mpi_allreduce_rules": True}, shared, infos) == (
+        "/opt/env/lib/python3.11/site-packages/train/openmpi-allreduce.rules", [])
 
 
 def test_on_macos_each_rank_keeps_its_mac_awake_while_it_runs(tmp_path):

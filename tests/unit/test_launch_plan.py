@@ -82,6 +82,9 @@ def request(**extra_vars):
 
 VERSIONS = {"python": "3.11.7", "packages": {"mlx": "0.32.4", "mpi4py": "4.1.2"}}
 TREE = [{"path": "loop.py", "checksum": "1" * 40}]
+TRAIN_DIR = "/Users/alice/mlx-cluster/venv/lib/python3.11/site-packages/train"
+RULES = ('export OMPI_MCA_coll_tuned_use_dynamic_rules=1 OMPI_MCA_coll_tuned_dynamic_rules_filename'
+         '="$PWD"/venv/lib/python3.11/site-packages/train/openmpi-allreduce.rules && ')
 
 
 def probed(**changed):
@@ -90,6 +93,7 @@ def probed(**changed):
     answered = {"mpirun_version": {"rc": 0, "stdout": "mpirun (Open MPI) 5.0.8\n"},
                 "versions": {"rc": 0, "stdout": json.dumps(VERSIONS)},
                 "train_tree": {"rc": 0, "stdout": json.dumps(TREE)},
+                "train_dir": {"rc": 0, "stdout": TRAIN_DIR + "\n"},
                 "ibv_devices": {"rc": 0, "stdout": "device  node GUID\n------  ----\n"
                                                    "rdma_en2  1\nrdma_en3  2\n"},
                 "rsync": {"rc": 0, "stdout": "rsync  version 3.2.7"}}
@@ -150,6 +154,25 @@ def test_mpi_over_the_bridge_runs_mpirun_on_bridge0_with_setups_hostfile():
     assert [(r["rank"], r["host"], r["address"]) for r in plan["rank_plan"]] == [
         (0, "a", "local"), (1, "a", "local"), (2, "b", "198.19.0.2")]
     assert plan["rank_plan"][2]["run_dir"] == "/Users/alice/mlx-cluster/runs/mlp-20260101-120000"
+    # Each rank's Open MPI runs its all-reduce by train's rules, where that host installed them.
+    assert RULES in argv[argv.index("/bin/sh") + 2]
+
+
+@pytest.mark.parametrize(("extra", "rules"), [
+    ({"command": "python -m mlx_lm lora --train"}, True),  # the rank's program passes them on
+    ({"mpi_allreduce_rules": "false"}, False),
+    ({"mpi_extra_args": "--mca coll_tuned_use_dynamic_rules 0"}, False),  # the user's decide
+])
+def test_every_mpi_job_runs_open_mpis_all_reduce_by_trains_rules_unless_told_not_to(extra, rules):
+    inputs = given(BRIDGE)
+    assert {"item": "train_dir", "argv": ["/Users/alice/mlx-cluster/venv/bin/python", "-I", "-c",
+                                          plans.TRAIN_DIR]} in plans.launch_plan(
+        request(**extra), inputs)["probes"]
+    plan = plan_of(request(**extra), inputs)
+    assert plan["errors"] == []
+    assert (RULES in plan["argv"][plan["argv"].index("/bin/sh") + 2]) == rules
+    assert ("--mca coll_tuned_use_dynamic_rules 0" in " ".join(plan["argv"])) == bool(
+        extra.get("mpi_extra_args"))
 
 
 def test_the_supervisors_argv_starts_the_plans_command_under_its_lock():
@@ -172,7 +195,9 @@ def test_ring_over_the_bridge_runs_mlx_launch_with_setups_hosts_json():
     assert plan["errors"] == []
     assert plan["argv"][:6] == ["/Users/alice/mlx-cluster/venv/bin/mlx.launch", "--hostfile",
                                 "/Users/alice/mlx-cluster/hosts.json", "--backend", "ring", "--"]
-    assert plan["argv"][6:8] == ["/bin/sh", "-c"]
+    assert plan["argv"][6:8] == ["/bin/sh", "-c"] and "OMPI_MCA" not in plan["argv"][8]
+    assert "train_dir" not in [p["item"] for p in plans.launch_plan(
+        request(model="mlp", backend="ring"), given(BRIDGE))["probes"]]
     assert plan["jaccl_hostfile"] is None and plan["rank_hosts"] == ["a", "a", "b"]
 
 
@@ -237,11 +262,11 @@ def test_before_the_answers_the_plan_says_what_to_ask_each_host():
     first = plans.launch_plan(request(model="mlp"), inputs)
     assert first["has_ranks"] and first["on_launch_host"] and first["run"] is None
     asked = [p["item"] for p in first["probes"]]
-    assert asked[:1] == ["versions"] and asked[1:6] == ["hostfile", "runs", "supervisor",
-                                                         "run_dirs", "mlx_launch"]
-    assert [p["item"]["name"] for p in first["probes"][6:]] == ["b"]  # ssh to the others
+    assert asked[:2] == ["versions", "train_dir"] and asked[2:7] == [
+        "hostfile", "runs", "supervisor", "run_dirs", "mlx_launch"]
+    assert [p["item"]["name"] for p in first["probes"][7:]] == ["b"]  # ssh to the others
     other = plans.launch_plan(request(model="mlp"), {**inputs, "host": "b", "this": work("b")})
-    assert [p["item"] for p in other["probes"]] == ["versions"]
+    assert [p["item"] for p in other["probes"]] == ["versions", "train_dir"]
     idle = plans.launch_plan(request(model="mlp"), {**inputs, "host": "c", "this": work("c")})
     assert not idle["has_ranks"] and not idle["on_launch_host"]
 
@@ -357,6 +382,11 @@ ERRORS = [
      "openmpi_install_method=package)"),
     ({}, lambda f: {**f, "infos": [work("a"), {**work("b"), "work_dir": "/opt/mlx"}]},
      "cluster_work_dir differs between hosts"),
+    ({}, lambda f: _on(f, 1, "train_dir", rc=1, stdout=""),
+     "the train package on b could not be found — re-run setup.yml"),
+    ({}, lambda f: _on(f, 1, "train_dir", stdout="/opt/py/train"),
+     "train's Open MPI rules are at different places on the hosts (a: /Users/alice/mlx-cluster/"
+     "venv/lib/python3.11/site-packages/train/openmpi-allreduce.rules, b: /opt/py/train/"),
     ({}, lambda f: _broken(f, "hostfile", rc=1, stderr="No such file"),
      "/Users/alice/mlx-cluster/hostfile is missing on a (No such file) — run ansible-playbook "
      "setup.yml"),

@@ -28,8 +28,9 @@ MODEL_SOURCES = ("launch_host", "controller")
 MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")
 # Options the play itself reads; the supervisor's are its job options (their names and defaults,
 # supervisor.py's); every other request option is a `python -m train` flag.
-PLAY_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args", "follow_reconnect",
-                "attach", "stop", "status", "model_source")
+PLAY_OPTIONS = ("run_name", "np", "backend", "network", "mpi_extra_args",
+                "mpi_allreduce_rules", "follow_reconnect", "attach", "stop", "status",
+                "model_source")
 SUPERVISOR_OPTIONS = tuple(supervisor.settle([]))
 LAUNCHER_OPTIONS = PLAY_OPTIONS + SUPERVISOR_OPTIONS
 # python -m train's flags that train.yml sets itself, and what to do instead: a settings file
@@ -51,6 +52,12 @@ PLAY_NUMBERS = {"follow_reconnect": (0, 86400)}
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Environment variable that holds a process's rank under each launcher.
 RANK_VARIABLE = "${OMPI_COMM_WORLD_RANK:-$MLX_RANK}"
+# Open MPI's all-reduce by message size (train/openmpi-allreduce.rules, installed with the train
+# package on every host): its tuned collectives read these parameters from each rank's
+# environment (docs/training.md).
+OPENMPI_RULES = "openmpi-allreduce.rules"
+OPENMPI_RULES_ENV = ("OMPI_MCA_coll_tuned_use_dynamic_rules=1 "
+                     "OMPI_MCA_coll_tuned_dynamic_rules_filename=")
 TAIL_LINES = 15
 
 
@@ -480,9 +487,10 @@ def launch_supervisor_args(request, elastic=None):
     return args
 
 
-def launch_rank_program(layout, run_rel):
+def launch_rank_program(layout, run_rel, rules=None):
     """argv every rank runs: cd to this host's work dir, log to run_rel/logs/rank.N.log, exec
-    Python with --out the run's absolute path on that host.
+    Python with --out the run's absolute path on that host; with rules (launch_openmpi_rules),
+    Open MPI's all-reduce follows that file, for python -m train and a --command program alike.
 
     A /bin/sh wrapper expands $HOME on each host (homes may differ) and picks the rank from
     the launcher's environment; "$@" keeps the train arguments exactly as given. The absolute
@@ -496,12 +504,44 @@ def launch_rank_program(layout, run_rel):
     script = (
         f"umask 077 && cd {layout['work_dir']} && mkdir -p {run}/logs && "
         "export PYTHONUNBUFFERED=1 && "
-        "if command -v caffeinate >/dev/null; then "
+        + (f"export {OPENMPI_RULES_ENV}{rules} && " if rules else "")
+        + "if command -v caffeinate >/dev/null; then "
         "caffeinate -i -s -w $$ </dev/null >/dev/null 2>&1 & fi && "
         f"exec {layout['python']} -m train --out \"$PWD\"/{run} \"$@\" "
         f">{run}/logs/rank.{RANK_VARIABLE}.log 2>&1"
     )
     return ["/bin/sh", "-c", script, "train"]
+
+
+def launch_openmpi_rules(request, train_dirs, infos):
+    """(the shell word by which each rank finds train's Open MPI rules, errors): None when the
+    request turns them off (mpi_allreduce_rules=false) or sets a coll_tuned_* parameter itself
+    (mpi_extra_args: then those decide alone).
+
+    train_dirs: where each ranked host's environment imports train from (the probe's
+    train_dir, None when it could not tell); infos: their cluster_host_info, in the same order.
+    mpirun hands every rank one value, but homes differ (/Users/alice, /Users/bob): the word is
+    the path relative to the work dir each rank's program has just entered ("$PWD"/...), or one
+    absolute path; hosts where neither is the same get an error naming both fixes.
+    """
+    extra = launch_extra_args(request.get("mpi_extra_args"))
+    if not _bool(request.get("mpi_allreduce_rules")) or any("coll_tuned_" in a for a in extra):
+        return None, []
+    unknown = [i["name"] for d, i in zip(train_dirs, infos, strict=True) if not d]
+    if unknown:
+        return None, [f"the train package on {', '.join(unknown)} could not be found — re-run "
+                      "setup.yml to install it"]
+    paths = [posixpath.join(d, OPENMPI_RULES) for d in train_dirs]
+    rels = {posixpath.relpath(p, i["work_dir"]) if p.startswith(i["work_dir"].rstrip("/") + "/")
+            else None for p, i in zip(paths, infos, strict=True)}
+    if len(rels) == 1 and None not in rels:
+        return '"$PWD"/' + shlex.quote(rels.pop()), []
+    if len(set(paths)) == 1:
+        return shlex.quote(paths[0]), []
+    listing = ", ".join(f"{i['name']}: {p}" for p, i in zip(paths, infos, strict=True))
+    return None, [f"train's Open MPI rules are at different places on the hosts ({listing}) — "
+                  "set cluster_python_env to the same path, or the same path relative to each "
+                  "work dir, on every host; or -e mpi_allreduce_rules=false"]
 
 
 def launch_mpi_options(hosts, infos, np, hostfile, version, libmpi, interface, extra_args=None,

@@ -35,6 +35,10 @@ JACCL = ("jaccl", "jaccl-ring")
 # mlx_hostfile write them), so the supervisor asks the right host about each rank.
 RING_ORDERED = ("ring", "jaccl-ring")
 SSH_TIMEOUT = 5
+# Where the host's environment imports train from (-I: whatever the directory holds), without
+# importing it: train's Open MPI rules are there (launch.launch_openmpi_rules).
+TRAIN_DIR = ("import importlib.util as u; "
+             "print(u.find_spec('train').submodule_search_locations[0])")
 
 
 def _source(name):
@@ -167,12 +171,14 @@ def _probes(request, plan, given):
     """What preflight asks this host besides its Open MPI (tasks/probe.yml): the cluster's
     probes, the RDMA devices for jaccl, the staged inputs' copies, python -m train's own check of
     report_to in its environment (a tracker's package; -I: the installed train, whatever the
-    directory holds); and the launch host the
+    directory holds), for mpi where that train is; and the launch host the
     hostfile, the cluster's runs (read by this checkout's supervisor), the installed
     supervisor's checksum, whether mlx.launch is there, and an ssh login to every other ranked
     host."""
     commands = list(given["probes"])
     commands += [{"item": "ibv_devices", "argv": ["ibv_devices"]}] if plan["jaccl"] else []
+    if request["backend"] == "mpi":
+        commands += [{"item": "train_dir", "argv": [plan["python"], "-I", "-c", TRAIN_DIR]}]
     if plan["staged"]:
         rels = json.dumps([s["rel"] for s in plan["staged"]])
         commands += [{"item": "staged", "argv": [*plan["staging_argv"], "report",
@@ -201,13 +207,14 @@ def launch_host_check(results, name, bindir, install_method, system, backend, re
     results), as the checks across hosts compare it: its Open MPI (openmpi_error, '' when mpirun
     ran; openmpi: mpirun_path, prefix, version, libmpi_path), how its train/ differs from the
     controller's (reference), its Python and shared packages' versions, rsync, report_to's
-    trackers, and the RDMA
+    trackers, for mpi where its train is (train_dir, None when it could not tell), and the RDMA
     devices ibv_devices lists (None when it could not run)."""
     probed = command_result.results_by_item(results)
     mpi = backend == "mpi"
     error = openmpis.openmpi_probe_error(probed, name, bindir, install_method) if mpi else ""
     found = openmpis.openmpi_found(probed, bindir, system) if mpi and not error else {}
     ibv = probed.get("ibv_devices") or {}
+    train_dir = probed.get("train_dir") or {}
     return {"name": name, "openmpi_error": error, "openmpi_version": found.get("version"),
             "openmpi_prefix": found.get("prefix"), "openmpi": found,
             "train_diff": trees.tree_diff(trees.tree_digest(command_result.json_result(
@@ -215,6 +222,8 @@ def launch_host_check(results, name, bindir, install_method, system, backend, re
             "versions": command_result.json_result(probed["versions"]),
             "rsync_error": staging.staging_rsync_error(probed.get("rsync"), name),
             "trackers_error": launch.launch_trackers_error(probed.get("trackers"), name),
+            "train_dir": train_dir["stdout"].strip() or None if train_dir.get("rc") == 0
+            else None,
             "rdma_devices": rdma.ibv_device_names(ibv["stdout"]) if ibv.get("rc", 1) == 0
             else None}
 
@@ -239,7 +248,11 @@ def _answered(request, given, plan, answers):
     answered["supervisor_stale"] = (installed or [None])[0] != hashlib.sha1(
         _source("supervisor.py").encode()).hexdigest()
     layout = layouts.cluster_layout(answers["infos"])
-    answered["errors"] = _errors(request, given, {**plan, **answered}, answers, layout, probed)
+    answered["openmpi_rules"], rules_errors = launch.launch_openmpi_rules(
+        request, [c["train_dir"] for c in answers["checks"]], answers["infos"]
+    ) if request["backend"] == "mpi" else (None, [])
+    answered["errors"] = _errors(request, given, {**plan, **answered}, answers, layout,
+                                 probed) + rules_errors
     if not answered["errors"]:
         answered.update(_command(request, given, {**plan, **answered}, answers, layout))
     return answered
@@ -297,7 +310,8 @@ def _hostfile_problems(request, given, plan, read):
 
 
 def _command(request, given, plan, answers, layout):
-    """The launcher's argv + the rank program + python -m train's flags, which host runs each
+    """The launcher's argv + the rank program (with train's Open MPI rules for mpi, unless the
+    request turns them off) + python -m train's flags, which host runs each
     rank, and the supervisor's argv that starts them (one job per cluster: its lock)."""
     infos, hosts = answers["infos"], given["hosts"]
     if request["backend"] == "mpi":
@@ -313,7 +327,8 @@ def _command(request, given, plan, answers, layout):
     train = launch.launch_train_args(
         request, heartbeat=f"{plan['run_rel']}/logs/rank.{{rank}}.heartbeat",
         data=plan["data_rel"], model=plan["model_rel"])
-    argv = launcher + launch.launch_rank_program(layout, plan["run_rel"]) + train
+    argv = launcher + launch.launch_rank_program(layout, plan["run_rel"],
+                                                 plan["openmpi_rules"]) + train
     rank_plan = launch.launch_rank_plan(plan["rank_hosts"], hosts, infos, plan["launch_host"],
                                         plan["run_rel"])
     supervisor = [plan["python"], plan["supervisor"], "start", "--run-dir", plan["run_dir"],
