@@ -93,6 +93,14 @@ def test_recommend_picks_the_fastest_mlx_configuration_at_the_largest_size():
         "grad_dtype": "float32"}
 
 
+def test_recommend_picks_what_is_fastest_for_the_users_gradient():
+    ring_large = run("thunderbolt", "ring", [1e-4, 3e-4, 3e-3, 15e-3])
+    mpi_small = run("thunderbolt", "mpi", [1e-4, 2e-4, 1e-3, 20e-3])
+    assert bench.bench_recommend([ring_large, mpi_small])["backend"] == "ring"
+    rec = bench.bench_recommend([ring_large, mpi_small], size=2 * MiB)  # nearest: 1 MiB
+    assert rec["backend"] == "mpi" and "shortest all-reduce at 1 MiB (1.00 ms" in rec["why"]
+
+
 def test_recommend_sends_bfloat16_only_when_the_winner_was_clearly_faster_so():
     fp32 = run("thunderbolt", "ring", [1e-4, 3e-4, 2e-3, 30e-3])
     bf16 = {**run("thunderbolt", "ring", [1e-4, 2e-4, 1e-3, 15e-3]), "dtype": "bfloat16"}
@@ -170,10 +178,22 @@ def test_markdown_sets_each_configuration_against_the_floor_of_its_networks_slow
     assert "Against the wire" not in bench.bench_markdown(RESULTS, [], {})
     # recommended.yml's comment: the MLX configurations on the network it sets.
     assert bench.bench_efficiency_note([*RESULTS, bf16], links, "thunderbolt") == (
-        "the 16 MiB all-reduce against the wire's floor: MLX mpi @ thunderbolt (bridge0) 0.22x, "
+        "recommended: MLX mpi @ thunderbolt (bridge0), 0.22x the wire's floor for a 16 MiB "
+        "gradient (30.0 ms against 134.2 ms); the 16 MiB all-reduce against the wire's floor: "
+        "MLX mpi @ thunderbolt (bridge0) 0.22x, "
         "MLX mpi links=4 @ thunderbolt (bridge0) 0.15x, MLX ring @ thunderbolt (bridge0) 0.19x, "
         "MLX ring bfloat16 @ thunderbolt (bridge0) 1.49x")
     assert "no floor" in bench.bench_efficiency_note(RESULTS, links, "management")
+    # The configuration recommended.yml sets, for the user's gradient (the size nearest it).
+    ring_bf16 = {"backend": "ring", "grad_dtype": "bfloat16", "mpi_extra_args": []}
+    assert bench.bench_efficiency_note([*RESULTS, bf16], links, "thunderbolt", ring_bf16,
+                                       12 * MiB).startswith(
+        "recommended: MLX ring bfloat16 @ thunderbolt (bridge0), 1.49x the wire's floor for a "
+        "16 MiB gradient (100.0 ms against 67.1 ms); the 16 MiB")
+    links4 = {"backend": "mpi", "mpi_extra_args": ["--mca", "btl_tcp_links", "4"]}
+    assert bench.bench_efficiency_note(RESULTS, links, "thunderbolt", links4, MiB).startswith(
+        "recommended: MLX mpi links=4 @ thunderbolt (bridge0), 0.12x the wire's floor for a "
+        "1 MiB gradient (1.0 ms against 8.4 ms); the 1 MiB")
 
 
 NETWORKS = [{"label": "thunderbolt", "interface": "bridge0", "ips": ["a", "b"]},

@@ -10,6 +10,7 @@ Pure functions, unit-tested in tests/unit/test_bench_filters.py.
 import base64
 import itertools
 import json
+import math
 import statistics
 
 MLX_BACKENDS = ("mpi", "ring")  # what train.yml can launch; mpi4py is the reference
@@ -126,10 +127,11 @@ def bench_floor_seconds(nbytes, ranks, gbps):
     return 2 * (int(ranks) - 1) / int(ranks) * int(nbytes) * 8 / (float(gbps) * 1e9)
 
 
-def bench_efficiency(results, links):
-    """Each finished configuration's largest all-reduce against its floor at its network's
-    slowest link (iperf3): [{config, backend, network, size, seconds, floor}], what the backend
-    leaves of the wire's speed; none without an iperf3 figure for the network."""
+def bench_efficiency(results, links, size=0):
+    """Each finished configuration's all-reduce of the gradient size (the measured size nearest
+    it; 0: the largest) against its floor at its network's slowest link (iperf3): [{config,
+    backend, dtype, links, network, size, seconds, floor}], what the backend leaves of the
+    wire's speed; none without an iperf3 figure for the network."""
     slowest = {}
     for link in (link for link in links if "gbps" in link):
         slowest[link["network"]] = min(link["gbps"], slowest.get(link["network"], link["gbps"]))
@@ -137,21 +139,33 @@ def bench_efficiency(results, links):
     for r in results:
         if r.get("error") or r["network"] not in slowest or int(r["ranks"]) < 2:
             continue
-        size, seconds = max(zip(r["sizes"], r["seconds"], strict=True))
-        wire = size // 2 if _dtype(r) == "bfloat16" else size
-        rows.append({"config": _config(r), "backend": r["backend"], "network": r["network"],
-                     "size": size, "seconds": seconds,
+        at = _at(r, size)
+        nbytes, seconds = r["sizes"][at], r["seconds"][at]
+        wire = nbytes // 2 if _dtype(r) == "bfloat16" else nbytes
+        rows.append({"config": _config(r), "backend": r["backend"], "dtype": _dtype(r),
+                     "links": int(r.get("links", 1)), "network": r["network"], "size": nbytes,
+                     "seconds": seconds,
                      "floor": bench_floor_seconds(wire, r["ranks"], slowest[r["network"]])})
     return rows
 
 
-def bench_efficiency_note(results, links, network):
-    """recommended.yml's comment on the wire: each MLX configuration on network, time / floor."""
-    rows = [e for e in bench_efficiency(results, links)
+def bench_efficiency_note(results, links, network, chosen=None, size=0):
+    """recommended.yml's comment on the wire: how far the configuration it sets (chosen: its
+    train.yml vars; {} or None: train.yml's defaults, mpi in float32) stays from the floor for
+    the gradient size, then each MLX configuration on network, time / floor."""
+    rows = [e for e in bench_efficiency(results, links, size)
             if e["network"] == network and e["backend"] != "mpi4py"]
     if not rows:
         return "no iperf3 figure for the network: no floor to compare with"
-    return (f"the {_size(rows[0]['size'])} all-reduce against the wire's floor: "
+    chosen = chosen or {}
+    extra = [str(a) for a in chosen.get("mpi_extra_args", [])]
+    wanted = (chosen.get("backend", "mpi"), chosen.get("grad_dtype", "float32"),
+              int(extra[extra.index("btl_tcp_links") + 1]) if "btl_tcp_links" in extra else 1)
+    pick = next((e for e in rows if (e["backend"], e["dtype"], e["links"]) == wanted), None)
+    head = (f"recommended: {pick['config']}, {pick['seconds'] / pick['floor']:.2f}x the wire's "
+            f"floor for a {_size(pick['size'])} gradient ({pick['seconds'] * 1e3:.1f} ms against "
+            f"{pick['floor'] * 1e3:.1f} ms); " if pick else "")
+    return (head + f"the {_size(rows[0]['size'])} all-reduce against the wire's floor: "
             + ", ".join(f"{e['config']} {e['seconds'] / e['floor']:.2f}x" for e in rows))
 
 
@@ -184,6 +198,14 @@ def _median(result):
     return result.get("median_seconds") or result["seconds"]
 
 
+def _at(result, size):
+    """Index of result's measured size nearest size (by ratio), its largest when size is 0."""
+    sizes = result["sizes"]
+    if not int(size):
+        return len(sizes) - 1
+    return min(range(len(sizes)), key=lambda i: abs(math.log(sizes[i] / int(size))))
+
+
 def _size(nbytes):
     for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale and nbytes % scale == 0:
@@ -191,32 +213,34 @@ def _size(nbytes):
     return f"{nbytes} B"
 
 
-def bench_recommend(results, min_fraction=0.8, margin=0.1):
+def bench_recommend(results, min_fraction=0.8, margin=0.1, size=0):
     """Pick backend, network, btl_tcp_links and gradient bucket size from the all-reduce results.
 
-    The winner is the MLX configuration with the shortest all-reduce at the largest size (where
-    training spends its communication time). Thunderbolt stays the network unless another one
-    is faster by a clear, repeated margin: its median round more than `margin` below
-    Thunderbolt's fastest (on Macs the other network is Wi-Fi or Ethernet, and a single fast
-    round is noise). btl_tcp_links > 1 is kept only when it beat one link on that network by
-    > 10% (median over sizes). The bucket is the smallest size whose bus bandwidth reaches
-    min_fraction of the winner's best: smaller buckets waste time on latency. Gradients travel
-    in bfloat16 (grad_dtype) only when the winner's bfloat16 run was clearly faster too: its
-    median more than `margin` below the float32 run's fastest at the largest size.
+    The winner is the MLX configuration with the shortest all-reduce of the user's gradient
+    (size: the measured size nearest it; 0: the largest, where training spends its
+    communication time), the one nearest the wire's floor on its network. Thunderbolt stays the
+    network unless another one is faster by a clear, repeated margin: its median round more
+    than `margin` below Thunderbolt's fastest (on Macs the other network is Wi-Fi or Ethernet,
+    and a single fast round is noise). btl_tcp_links > 1 is kept only when it beat one link on
+    that network by > 10% (median over sizes). The bucket is the smallest size whose bus
+    bandwidth reaches min_fraction of the winner's best: smaller buckets waste time on latency.
+    Gradients travel in bfloat16 (grad_dtype) only when the winner's bfloat16 run was clearly
+    faster too: its median more than `margin` below the float32 run's fastest at that size.
     """
     done = [r for r in results if not r.get("error") and r.get("seconds")]
     mlx = [r for r in done if r["backend"] in MLX_BACKENDS and _dtype(r) == "float32"]
     if not mlx:
         return {}
-    best = min(mlx, key=lambda r: r["seconds"][-1])
+    at = _at(mlx[0], size)  # every configuration runs the same sizes
+    best = min(mlx, key=lambda r: r["seconds"][at])
     thunderbolt = [r for r in mlx if r["network"] in THUNDERBOLT]
     kept_thunderbolt = ""
     if thunderbolt and best["network"] not in THUNDERBOLT:
-        fastest_tb = min(thunderbolt, key=lambda r: r["seconds"][-1])
-        if _median(best)[-1] >= (1 - margin) * fastest_tb["seconds"][-1]:
+        fastest_tb = min(thunderbolt, key=lambda r: r["seconds"][at])
+        if _median(best)[at] >= (1 - margin) * fastest_tb["seconds"][at]:
             kept_thunderbolt = (f"; {_config(best)} was not clearly faster (median "
-                                f"{_median(best)[-1] * 1e3:.2f} ms against Thunderbolt's best "
-                                f"{fastest_tb['seconds'][-1] * 1e3:.2f} ms), so Thunderbolt stays")
+                                f"{_median(best)[at] * 1e3:.2f} ms against Thunderbolt's best "
+                                f"{fastest_tb['seconds'][at] * 1e3:.2f} ms), so Thunderbolt stays")
             best = fastest_tb
     links = int(best.get("links", 1))
     if best["backend"] == "mpi":
@@ -233,9 +257,9 @@ def bench_recommend(results, min_fraction=0.8, margin=0.1):
     halved = [r for r in done if _dtype(r) == "bfloat16" and r["backend"] == best["backend"]
               and r["network"] == best["network"] and int(r.get("links", 1)) == links]
     grad_dtype, wire = "float32", ""
-    if halved and _median(halved[0])[-1] < (1 - margin) * best["seconds"][-1]:
+    if halved and _median(halved[0])[at] < (1 - margin) * best["seconds"][at]:
         grad_dtype = "bfloat16"
-        wire = (f"; sent as bfloat16 the same gradient took {_median(halved[0])[-1] * 1e3:.2f} ms "
+        wire = (f"; sent as bfloat16 the same gradient took {_median(halved[0])[at] * 1e3:.2f} ms "
                 "(median), so gradients travel in bfloat16")
     return {
         "backend": best["backend"],
@@ -245,8 +269,8 @@ def bench_recommend(results, min_fraction=0.8, margin=0.1):
         "bucket_bytes": bucket,
         "grad_dtype": grad_dtype,
         "peak_gbps": round(max(busbw), 3),
-        "why": (f"{_config(best)} had the shortest all-reduce at {_size(best['sizes'][-1])} "
-                f"({best['seconds'][-1] * 1e3:.2f} ms, {max(busbw):.2f} Gbit/s bus bandwidth "
+        "why": (f"{_config(best)} had the shortest all-reduce at {_size(best['sizes'][at])} "
+                f"({best['seconds'][at] * 1e3:.2f} ms, {max(busbw):.2f} Gbit/s bus bandwidth "
                 f"at best); it reaches {min_fraction:.0%} of that from {_size(bucket)} messages"
                 + kept_thunderbolt + wire),
     }
@@ -280,10 +304,10 @@ def _candidate_name(recommendation, launch_vars):
 TRAIN_OPTIONS = ("grad_bucket_bytes", "grad_dtype")
 
 
-def bench_candidates(results, networks, default_network, default_backend):
+def bench_candidates(results, networks, default_network, default_backend, size=0):
     """What the training trial compares: train.yml's defaults (no options: default_backend over
     default_network, as train.yml runs it) and, per MLX backend, what bench_recommend picks from
-    that backend's all-reduces alone.
+    that backend's all-reduces alone for the gradient size.
 
     Each: {"name", "label" (the bench network it runs over), "backend", "mpi_extra_args",
     "vars" (train.yml's -e options for recommended.yml; {} for the defaults), "train_args"
@@ -299,7 +323,8 @@ def bench_candidates(results, networks, default_network, default_backend):
                            "label": home["label"], "backend": default_backend,
                            "mpi_extra_args": [], "vars": {}, "train_args": []})
     for backend in MLX_BACKENDS:
-        recommendation = bench_recommend([r for r in results if r["backend"] == backend])
+        recommendation = bench_recommend([r for r in results if r["backend"] == backend],
+                                         size=size)
         if not recommendation:
             continue
         launch = bench_launch_vars(recommendation)
