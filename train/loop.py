@@ -6,6 +6,8 @@ DIR/stopped.json, and every rank exits 0. `--resume` later continues to the end.
 """
 
 import json
+import resource
+import sys
 import time
 
 import mlx.core as mx
@@ -123,6 +125,14 @@ def load_newest(args, out, model, optimizer, steps=None):
                  f"{saved}, not {config(args)[key]}")
     report.say(f"resuming from {path} (step {state['step']})")
     return state["step"], skipped
+
+
+def peak_memory(group):
+    """Each rank's peak resident memory in bytes (ru_maxrss: KiB on Linux, bytes on macOS), on
+    every rank: what a pipeline's stage needs of its host."""
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // (1024 if sys.platform == "darwin"
+                                                                else 1)
+    return [n * 1024 for n in mx.distributed.all_gather(mx.array([kib]), group=group).tolist()]
 
 
 def checkpoint_out(args, stage):
@@ -253,6 +263,7 @@ def run(args, group):
     if args.lora:  # a pipeline's: every stage's, on every rank
         adapters = (dict(tree_flatten(model.trainable_parameters())) if stage is None
                     else pipeline.adapters(stage, group))
+    peaks = peak_memory(group)
     if rank == 0:
         progress.close()
         metrics.close()  # the trackers' files complete before summary.json says the run is
@@ -265,6 +276,7 @@ def run(args, group):
             "samples_per_s": steps_run * args.batch_size / step_time,
             # A pipeline's sends are its step: no share of it to tell apart.
             "comm_time_share": sync_time / step_time if stage is None else None,
+            "peak_memory_bytes": peaks,  # by rank
         }
         report.plot(metrics.records(), args.out / "loss.png")
         if args.lora:

@@ -96,6 +96,7 @@ def test_the_stages_train_what_one_process_trains(request, deep_llm, one_process
     assert (f"global batch 8 in {len(split)} micro-batches through {len(split)} stage(s)"
             in result.stdout)
     assert summary(outs[0])["world_size"] == len(split)
+    assert len(summary(outs[0])["peak_memory_bytes"]) == len(split)  # by rank
 
     # Float32; the micro-batches' gradients are summed in another order than one batch's: the
     # losses agree to 5e-5 relative (measured: 7e-6) and the adapters, moved by up to 9e-2 in

@@ -21,6 +21,8 @@ def test_mlp_on_digits_with_defaults_reaches_95_percent(tmp_path):
     assert result["train_loss"] < 0.1 and result["eval_loss"] < 0.2
     assert result["samples_per_s"] > 0 and result["comm_time_share"] < 0.05
     assert result["wall_time_s"] > 0
+    [peak] = result["peak_memory_bytes"]  # bytes: python, MLX and the digits, not KiB or GiB
+    assert 50 << 20 < peak < 1 << 30, peak
 
     records = metrics(out)
     train = [r for r in records if r["kind"] == "train"]
