@@ -17,7 +17,7 @@ apt's 4.1. The floor: a
 ring all-reduce of S bytes on n ranks moves 2(n-1)/n x S through each rank's link, at --rate.
 Small messages (one all-reduce of 4 KiB and of 256 KiB, float32) show what each choice costs
 where latency, not the link, counts.
-Writes benchmarks/results/mpi_allreduce-<rate>.md.
+Writes benchmarks/results/mpi_allreduce-<rate>[-<sizes>mib][-openmpi5].md.
 """
 
 import argparse
@@ -149,7 +149,9 @@ def main():
             lines.append(f"| {n} | {size >> 20} MiB | {what} | {name} | {fast * 1e3:.0f} | "
                          f"{median * 1e3:.0f} | {floor * 1e3:.0f} | {fast / floor:.2f}x | "
                          f"{median / floor:.2f}x |")
-    stem = f"mpi_allreduce-{args.rate}" + ("" if args.openmpi == "package" else "-openmpi5")
+    stem = (f"mpi_allreduce-{args.rate}"
+            + ("" if args.sizes == "64" else f"-{args.sizes.replace(',', '-')}mib")
+            + ("" if args.openmpi == "package" else "-openmpi5"))
     write_results(RESULTS.with_stem(stem), lines)
 
 
