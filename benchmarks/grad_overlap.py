@@ -9,7 +9,8 @@ A 3-host virtual cluster (one rank each, each host capped at --cpus CPUs, bridge
 --rate) is set up with setup.yml; under mpirun with train.yml's flags (MLX mpi, train's Open MPI
 rules) every host trains an MLP of --layers square layers of --width (float32) with Adam on
 --batch examples per rank, in rounds that alternate the four ways of running a step, so that a
-slow spell of the machine hits all of them. Writes benchmarks/results/grad_overlap-<rate>.md.
+slow spell of the machine hits all of them.
+Writes benchmarks/results/grad_overlap-<rate>-cpus<cpus>.md.
 """
 
 import argparse
@@ -153,7 +154,7 @@ def main():
         f"{both * 1e3:.0f} ms.",
         f"Machine load average before: {' '.join(load)}; after: {' '.join(load_after)}.",
     ]
-    write_results(RESULTS.with_stem(f"grad_overlap-{args.rate}"), lines)
+    write_results(RESULTS.with_stem(f"grad_overlap-{args.rate}-cpus{args.cpus}"), lines)
 
 
 if __name__ == "__main__":
