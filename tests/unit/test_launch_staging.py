@@ -5,6 +5,8 @@ The transfer itself over real ssh, and the bytes per interface, in
 tests/integration/test_train_playbook.py::test_inputs_are_sent_once_and_fanned_out_over_bridge0;
 a Hugging Face model's fetch against a local hub (tests/integration/hf_endpoint.py)."""
 
+import contextlib
+import hashlib
 import json
 import os
 import re
@@ -259,6 +261,97 @@ def test_the_launch_hosts_transfers_end_when_the_controller_goes_away(tmp_path):
     while running(sleeper):
         assert time.monotonic() < deadline, f"sleep {sleeper} outlived its transfer"
         time.sleep(0.05)
+
+
+def test_the_launch_host_relays_each_input_it_lacks_to_the_hosts_that_lack_it_too():
+    ranked = [{"inventory_hostname": "h1", "cluster_host_info": info("h1"),
+               "launch_stale": {"models/m": ["not there"], "data/c.txt": ["not there"]}},
+              {"inventory_hostname": "h2", "cluster_host_info": info("h2"),
+               "launch_stale": {"models/m": ["not there"]}},
+              {"inventory_hostname": "h3", "cluster_host_info": info("h3"), "launch_stale": {}}]
+    manifests = {"models/m": {"w.bin": [3, 7, "ab"], "sub/x": [1, 7, "cd"]},
+                 "data/c.txt": {"c.txt": [2, 7, "ef"]}}
+    ends = [{"peer": "h2", "peer_address": "198.18.4.6"}]
+    argv = staging.staging_relay_argv(STAGED, ranked, HOSTS, ranked[0], manifests, "S", ends)
+    assert argv[-1].startswith("/home/h1/mlx-cluster/venv/bin/python -c S relay ")
+    spec = json.loads(shlex.split(argv[-1])[-1])
+    assert spec == {
+        "script": "S", "manifests": manifests,
+        "paths": {"models/m": {"w.bin": "models/m/w.bin", "sub/x": "models/m/sub/x"},
+                  "data/c.txt": {"c.txt": "data/c.txt"}},
+        "hosts": [{"host": "h2", "argv": ["ssh", "-o", "BatchMode=yes", "-o",
+                                          "StrictHostKeyChecking=yes", "198.18.4.6"],
+                   "python": "/home/h2/mlx-cluster/venv/bin/python",
+                   "work_dir": "/home/h2/mlx-cluster", "rels": ["models/m"]}]}
+    # Nothing to pass on: the others lack nothing the launch host receives.
+    ranked[1]["launch_stale"] = {"data/other.txt": ["not there"]}
+    assert staging.staging_relay_argv(STAGED, ranked, HOSTS, ranked[0], manifests, "S") == []
+
+
+def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept(tmp_path):
+    """The relay reads each file while rsync writes it (its temporary, renamed at the end) and
+    passes it on; a receiving host keeps a file, private, with the controller's mtime and recorded
+    (record reads it no more), only when its sha256 is the controller's."""
+    launch, other = tmp_path / "h1", tmp_path / "h2"
+    (launch / "models" / "m").mkdir(parents=True)
+    (other / "models").mkdir(parents=True)
+    good, bad = os.urandom(3 * script.CHUNK + 5), os.urandom(1000)
+    digest = hashlib.sha256(good).hexdigest()
+    manifests = {"models/m": {"w.bin": [len(good), 1700000000, digest],
+                              "x.bin": [len(bad), 1700000000, "0" * 64]}}
+    spec = {"script": SCRIPT.read_text(), "manifests": manifests,
+            "paths": {"models/m": {"w.bin": "models/m/w.bin", "x.bin": "models/m/x.bin"}},
+            "hosts": [{"host": "h2", "argv": ["sh", "-c"], "python": sys.executable,
+                       "work_dir": str(other), "rels": ["models/m"]}]}
+    relay = subprocess.Popen([sys.executable, str(SCRIPT), "relay", str(launch), json.dumps(spec)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    for name, data in (("w.bin", good), ("x.bin", bad)):  # as rsync writes them
+        temporary = launch / "models" / "m" / f".{name}.a1B2c3"
+        with temporary.open("wb") as f:
+            for start in range(0, len(data), script.CHUNK):
+                f.write(data[start:start + script.CHUNK])
+                f.flush()
+                time.sleep(0.1)
+        temporary.rename(launch / "models" / "m" / name)
+    with contextlib.suppress(BrokenPipeError):  # it may have passed on both already
+        relay.stdin.write(b"done\n")
+        relay.stdin.close()
+    assert relay.wait(timeout=20) == 0
+    copy = other / "models" / "m"
+    assert sorted(os.listdir(copy)) == ["w.bin"]  # x.bin, not the controller's, for rsync
+    assert (copy / "w.bin").read_bytes() == good
+    assert oct((copy / "w.bin").stat().st_mode & 0o777) == "0o600"
+    assert int((copy / "w.bin").stat().st_mtime) == 1700000000
+    recorded = json.loads((other / "models" / ".m.manifest.json").read_text())
+    assert recorded == {"w.bin": manifests["models/m"]["w.bin"]}
+
+
+def test_a_relay_cut_off_keeps_what_arrived_and_ends_its_ssh(tmp_path):
+    """The controller gone (stdin closed without "done") while a file arrives: the relay ends
+    at once, and the receiving host keeps what arrived in the file's place, like rsync
+    --partial, for the next launch's rsync to complete."""
+    launch, other = tmp_path / "h1", tmp_path / "h2"
+    (launch / "data").mkdir(parents=True)
+    part = os.urandom(2 * script.CHUNK)
+    (launch / "data" / ".c.txt.XyZ123").write_bytes(part)  # rsync still writing it
+    spec = {"script": SCRIPT.read_text(),
+            "manifests": {"data/c.txt": {"c.txt": [4 * script.CHUNK, 1700000000, "0" * 64]}},
+            "paths": {"data/c.txt": {"c.txt": "data/c.txt"}},
+            "hosts": [{"host": "h2", "argv": ["sh", "-c"], "python": sys.executable,
+                       "work_dir": str(other), "rels": ["data/c.txt"]}]}
+    relay = subprocess.Popen([sys.executable, str(SCRIPT), "relay", str(launch), json.dumps(spec)],
+                             stdin=subprocess.PIPE)
+    kept = other / "data" / "c.txt"
+    deadline = time.monotonic() + 10
+    while sum(f.stat().st_size for f in (other / "data").glob(".c.txt.*")) < len(part):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    relay.stdin.close()
+    assert relay.wait(timeout=10) != 0
+    while not kept.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert kept.read_bytes() == part
 
 
 def running(pid):

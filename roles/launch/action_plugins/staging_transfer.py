@@ -2,17 +2,21 @@
 
 Ansible prints a task's result only when the task ends: gigabytes over a laptop's Wi-Fi would be
 minutes of silence. This action runs on the launch host's turn: first the controller's rsyncs to
-the launch host (`sends`, one after another, here on the controller), then the launch host's to
-the others (`fanout`: the command that runs files/staging.py fanout there, all at once; not after a
-failed send). The fan-out's stdin is a pipe this process holds open until it ends: when the play is
-interrupted (Ctrl-C, a killed controller), the pipe closes and the launch host kills its transfers.
-While a stage runs, every `interval` seconds it reads what arrived on each receiving host (`watch`:
+the launch host (`sends`, one after another, here on the controller), while the launch host passes
+each file on to the others as it arrives (`relay`: the command that runs files/staging.py relay
+there, told "done" when the sends succeeded and waited for), then the launch host's rsyncs to the
+others (`fanout`: the command that runs files/staging.py fanout there, all at once; not after a
+failed send), which send what the relay did not deliver. The relay's and the fan-out's stdin is
+a pipe this process holds open until they end: when the play is interrupted (Ctrl-C, a killed
+controller), the pipe closes and the launch host kills its transfers. While they run, every
+`interval` seconds it reads what arrived on each receiving host (`watch`:
 filter_plugins/staging.py staging_watch_commands) and prints a line per host and input: the bytes
 there of the input's size, the rate since the last reading and the time left. A stage shorter
 than the interval reads nothing. The results are concurrent_commands' (item, rc, stdout, stderr),
 one per transfer; the action never fails because a transfer did (staging_transfer_errors judges).
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -68,6 +72,29 @@ def _fan_out(argv):
     return (json.loads(done.stdout) if done.returncode == 0 else None), done.stderr
 
 
+@contextlib.contextmanager
+def _relaying(argv):
+    """Runs the launch host's relay (files/staging.py relay, by argv; none when argv is empty)
+    while the block sends; the block's value: a function that tells it whether the sends
+    succeeded (it then finishes passing on what arrived, or ends at once)."""
+    relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL) if argv else None
+
+    def finish(succeeded):
+        if relay and succeeded:
+            with contextlib.suppress(BrokenPipeError):  # it passed on every file already
+                relay.stdin.write(b"done\n")
+                relay.stdin.flush()
+
+    try:
+        yield finish
+    finally:
+        if relay:
+            with contextlib.suppress(BrokenPipeError):
+                relay.stdin.close()
+            relay.wait()
+
+
 def _read(argv, timeout):
     """{rel: bytes there} as the host's `staging.py received` printed it; None if it did not."""
     try:
@@ -118,7 +145,7 @@ class Progress:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = False  # it would send
-    _VALID_ARGS = frozenset(("sends", "fanout", "watch", "interval"))
+    _VALID_ARGS = frozenset(("sends", "relay", "fanout", "watch", "interval"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -127,23 +154,25 @@ class ActionModule(ActionBase):
         watch = args.get("watch") or {}
         interval = float(args.get("interval", 5))
         sends, fanout = args.get("sends") or [], args.get("fanout") or []
-        results = []
-        if sends:
-            if shutil.which(sends[0]["argv"][0]) is None:
-                raise AnsibleActionFail(
-                    f"{sends[0]['argv'][0]} is missing on the controller, which sends -e data and "
-                    "-e model to the hosts — macOS ships it (/usr/bin/rsync); on Linux: apt "
-                    "install rsync")
-            mine = {h: w for h, w in watch.items() if h == host}
-            with Progress(mine, "the controller", interval):
-                results += [_run(command) for command in sends]
-        if fanout and all(r["rc"] == 0 for r in results):
-            others = {h: w for h, w in watch.items() if h != host}
-            with Progress(others, host, interval):
+        results, ran = [], []
+        if sends and shutil.which(sends[0]["argv"][0]) is None:
+            raise AnsibleActionFail(
+                f"{sends[0]['argv'][0]} is missing on the controller, which sends -e data and "
+                "-e model to the hosts — macOS ships it (/usr/bin/rsync); on Linux: apt "
+                "install rsync")
+        mine = {h: w for h, w in watch.items() if h == host}
+        others = {h: w for h, w in watch.items() if h != host}
+        # The others receive from the launch host from the start: the relay passes on each file.
+        with Progress(others, host, interval):
+            with _relaying(args.get("relay") or []) as finish:
+                with Progress(mine, "the controller", interval):
+                    results += [_run(command) for command in sends]
+                finish(all(r["rc"] == 0 for r in results))
+            if fanout and all(r["rc"] == 0 for r in results):
                 ran, error = _fan_out(fanout)
-            if ran is None:
-                raise AnsibleActionFail(f"the transfers from {host} did not run: "
-                                        f"{error.strip()[-2000:]}")
-            results += ran
+                if ran is None:
+                    raise AnsibleActionFail(f"the transfers from {host} did not run: "
+                                            f"{error.strip()[-2000:]}")
+        results += ran
         result.update(changed=bool(results), results=results)
         return result

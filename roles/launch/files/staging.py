@@ -19,6 +19,13 @@ host, with the environment's Python:
                                                             on the launch host: its transfers to
                                                             the other hosts, at once, in WORK_DIR,
                                                             ended when stdin closes
+    staging.py relay WORK_DIR '{"script": ..., "manifests": ..., "paths": ..., "hosts": [...]}'
+                                                            on the launch host, while the controller
+                                                            sends it the inputs: each file on to
+                                                            the other hosts as it arrives; stdin:
+                                                            "done" once the controller's sends
+                                                            succeeded, closed to end it
+    staging.py take WORK_DIR null                           on another host: what relay sends it
     staging.py fetch CACHE_DIR '{"repo": "owner/name", "revision": "", "work_dir": ..., "rel": ...}'
                                                             a Hugging Face model: download it into
                                                             this machine's Hugging Face cache (and
@@ -34,14 +41,22 @@ import hashlib
 import json
 import os
 import re
+import secrets
+import shlex
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 CHUNK = 1 << 20
+# Seconds the relay waits before looking again for a file rsync is writing, or for more of it,
+# and after which a temporary nothing writes into is an old one (an rsync killed long ago).
+POLL = 0.05
+STALE = 30
 # The file rsync writes while it receives <name>: .<name>.XXXXXX beside it, renamed at the end.
 RECEIVING = re.compile(r"^\.(.+)\.[A-Za-z0-9]{6}$")
 
@@ -72,20 +87,23 @@ def sha256(path):
     return digest.hexdigest()
 
 
-def manifest(path, known=None, since=0.0):
-    """The manifest of path. A file whose size and mtime are what `known` (an earlier manifest,
-    written at `since`) records, and which has not changed since (its ctime: a rewrite or a
-    restored mtime moves it), keeps its recorded sha256 without being read again."""
+def trusted(path, known, since):
+    """The entries of `known` (an earlier manifest of path, written at `since`) that still hold:
+    the file's size and mtime are the recorded ones and it has not changed since (its ctime: a
+    rewrite or a restored mtime moves it)."""
     known = known or {}
+    return {rel: known[rel] for rel, stat in files(path).items()
+            if known.get(rel, [None])[:2] == quick(stat) and stat.st_ctime < since}
+
+
+def manifest(path, known=None, since=0.0):
+    """The manifest of path. A file `known` records and that has not changed since (trusted)
+    keeps its recorded sha256 without being read again."""
+    kept = trusted(path, known, since)
     result = {}
     for rel, stat in sorted(files(path).items()):
-        entry = quick(stat)
-        old = known.get(rel)
-        if old and old[:2] == entry and stat.st_ctime < since:
-            result[rel] = old
-        else:
-            full = path if os.path.isfile(path) else os.path.join(path, rel)
-            result[rel] = entry + [sha256(full)]
+        full = path if os.path.isfile(path) else os.path.join(path, rel)
+        result[rel] = kept.get(rel) or quick(stat) + [sha256(full)]
     return result
 
 
@@ -218,12 +236,17 @@ def update(path, target):
     """Write the manifest of path to target (atomically, 0600), reading only the files that
     changed since the manifest there was written, and return it."""
     result = manifest(path, *read(target))
+    write(target, result)
+    return result
+
+
+def write(target, result):
+    """Write a manifest to target, atomically, 0600."""
     temporary = f"{target}.tmp"
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(result, f)
     os.replace(temporary, target)
-    return result
 
 
 def record(work_dir, rels):
@@ -305,8 +328,173 @@ def fanout(work_dir, commands):
         return list(pool.map(wait, commands, transfers))
 
 
+def _temporaries(work_dir, pending, seen):
+    """{(rel, name): the file rsync is writing it to} among pending ({(rel, name): its path under
+    work_dir}), but the ones in seen (relayed already) and any untouched for STALE seconds (left
+    by an rsync killed long ago)."""
+    found = {}
+    wanted = {os.path.join(work_dir, path): key for key, path in pending.items()}
+    for parent in {os.path.dirname(full) for full in wanted}:
+        with contextlib.suppress(OSError):
+            for name in os.listdir(parent):
+                temporary = os.path.join(parent, name)
+                key = wanted.get(receiving(temporary))
+                with contextlib.suppress(OSError):
+                    if key and temporary not in seen and (
+                            os.stat(temporary).st_mtime > time.time() - STALE):
+                        found[key] = temporary
+    return found
+
+
+def _forward(sinks, hosts, data):
+    """Write data to each of hosts whose receiver is still there (sinks: {host: its ssh}); one
+    gone is dropped (the rsyncs after the relay send it what it lacks)."""
+    for host in hosts:
+        try:
+            if host in sinks:
+                sinks[host].stdin.write(data)
+        except OSError:
+            del sinks[host]
+
+
+def _growing(temporary, size, finished):
+    """The chunks of the file rsync writes at temporary, its first `size` bytes read as they are
+    written; fewer when it ends short (`finished`: the controller's sends ended, so nothing more
+    comes: take then finds it short and drops it)."""
+    sent = 0
+    with open(temporary, "rb") as f:
+        while sent < size:
+            ended = finished.is_set()
+            chunk = f.read(min(CHUNK, size - sent))
+            if chunk:
+                sent += len(chunk)
+                yield chunk
+            elif ended:
+                return
+            else:
+                time.sleep(POLL)
+
+
+def relay(work_dir, spec):
+    """On the launch host, while the controller's rsync sends it the inputs: each file as rsync
+    writes it (its temporary .<name>.XXXXXX, read as it grows) goes on at once to the other hosts
+    whose copy of that input differs (spec["hosts"]: {host, argv: the ssh to it over the job's
+    network, python, work_dir, rels}), to `staging.py take` there, so the fan-out overlaps the
+    controller's send instead of following it. spec["paths"]: {rel: {name: its path under the
+    work dir}} of the files of spec["manifests"]. The rsyncs after it (fanout) find what the relay
+    delivered in place (rsync's quick check) and send what it did not. stdin: "done" when the
+    controller's sends succeeded (each file is then read to its end); closed without it (the play
+    interrupted, a send failed), the relay and its ssh are killed at once."""
+    sinks = {}
+    for host in spec["hosts"]:
+        take_argv = [host["python"], "-c", spec["script"], "take", host["work_dir"], "null"]
+        sinks[host["host"]] = subprocess.Popen(
+            [*host["argv"], shlex.join(take_argv)], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, start_new_session=True)
+    needed = {rel: [h["host"] for h in spec["hosts"] if rel in h["rels"]] for rel in spec["paths"]}
+    finished = threading.Event()
+
+    def end():
+        if sys.stdin.readline().strip() == "done":
+            finished.set()
+            return
+        for sink in sinks.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(sink.pid, signal.SIGTERM)
+        os._exit(1)
+
+    threading.Thread(target=end, daemon=True).start()
+    pending = {(rel, name): path for rel, paths in spec["paths"].items()
+               for name, path in paths.items()}
+    seen = set()
+    while pending and sinks:
+        ended = finished.is_set()
+        found = _temporaries(work_dir, pending, seen)
+        if not found:
+            if ended:
+                break
+            time.sleep(POLL)
+            continue
+        (rel, name), temporary = next(iter(found.items()))
+        seen.add(temporary)
+        size, mtime, digest = spec["manifests"][rel][name]
+        header = {"rel": rel, "name": name, "path": pending.pop((rel, name)), "size": size,
+                  "mtime": mtime, "sha256": digest}
+        _forward(sinks, needed[rel], json.dumps(header).encode() + b"\n")
+        for chunk in _growing(temporary, size, finished):
+            _forward(sinks, needed[rel], struct.pack(">I", len(chunk)) + chunk)
+        _forward(sinks, needed[rel], struct.pack(">I", 0))  # its end: take checks it
+        for host in needed[rel]:
+            with contextlib.suppress(KeyError, OSError):
+                sinks[host].stdin.flush()
+    for sink in sinks.values():
+        with contextlib.suppress(OSError):
+            sink.stdin.close()
+    for sink in sinks.values():
+        sink.wait()
+
+
+def _chunks(stream):
+    """A relayed file's chunks, then None at its end (none when the stream was cut)."""
+    while len(head := stream.read(4)) == 4:
+        length = struct.unpack(">I", head)[0]
+        if not length:
+            yield None
+            return
+        yield stream.read(length)
+
+
+class _Cut(Exception):
+    """The relay's ssh ended (a signal)."""
+
+
+def _cut(*_):
+    raise _Cut
+
+
+def take(work_dir, _):
+    """On another host, what relay sends (each file: a line {rel, name, path, size, mtime,
+    sha256}, then its bytes in chunks): each file is written beside its place as rsync writes it
+    (.<name>.XXXXXX, 0600), hashed as it arrives, and put in place with its mtime only when its
+    sha256 is the controller's (else removed: the rsync after sends it); the manifests record
+    what came, so `record` does not read it again. The stream cut (the play interrupted): what
+    arrived of a file is kept in its place, like rsync --partial."""
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, _cut)
+    stream = sys.stdin.buffer
+    taken = {}
+    while header := stream.readline():
+        file = json.loads(header)
+        full = os.path.join(work_dir, file["path"])
+        os.makedirs(os.path.dirname(full), mode=0o700, exist_ok=True)
+        temporary = os.path.join(os.path.dirname(full),
+                                 f".{os.path.basename(full)}.{secrets.token_hex(3)}")
+        digest, ended = hashlib.sha256(), False
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with contextlib.suppress(_Cut), open(fd, "wb") as out:
+            for chunk in _chunks(stream):
+                if chunk is None:
+                    ended = True
+                    break
+                out.write(chunk)
+                digest.update(chunk)
+        size = os.stat(temporary).st_size
+        if not ended:  # the stream cut
+            os.replace(temporary, full)
+            break
+        if [size, digest.hexdigest()] != [file["size"], file["sha256"]]:
+            os.remove(temporary)
+            continue
+        os.utime(temporary, (file["mtime"], file["mtime"]))
+        os.replace(temporary, full)
+        taken.setdefault(file["rel"], {})[file["name"]] = [size, file["mtime"], file["sha256"]]
+    for rel, entries in taken.items():
+        target = manifest_path(work_dir, rel)
+        write(target, {**trusted(os.path.join(work_dir, rel), *read(target)), **entries})
+
+
 if __name__ == "__main__":
     action, work_dir, rels = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     actions = {"report": report, "prepare": prepare, "record": record, "received": received,
-               "fanout": fanout, "fetch": fetch}
+               "fanout": fanout, "relay": relay, "take": take, "fetch": fetch}
     print(json.dumps(actions[action](work_dir, rels)))

@@ -25,6 +25,8 @@ import shlex
 RSYNC_FLAGS = ("-r", "-t", "-L", "--delete", "--timeout=60", "--partial")
 # ssh options of every transfer: never a prompt (a password, an unknown host key) but an error.
 SSH_OPTIONS = ("-o", "BatchMode=yes")
+# The launch host's ssh to the others: the mesh's key and pinned host keys (~/.ssh/config).
+MESH_SSH = ("ssh", *SSH_OPTIONS, "-o", "StrictHostKeyChecking=yes")
 SHOWN_PROBLEMS = 3
 # A file whose size and mtime are the controller's but whose recorded sha256 is not (or was never
 # recorded): rsync's quick check would skip it, so its transfer compares checksums (-c, also in
@@ -185,6 +187,14 @@ def staging_controller_commands(staged, stale, hostvars, info, fetched=None):
             for rel, problems in stale.items()]
 
 
+def _fanout_addresses(hosts, cables):
+    """{host: the address the launch host sends it inputs to}: its MPI address, or over the
+    cables topology its end of the first cable from the launch host (cables: the launch host's
+    ends, cluster_cable_plan)."""
+    cabled = {end["peer"]: end["peer_address"] for end in reversed(cables)}
+    return {h["name"]: cabled.get(h["name"], h["mpi_address"]) for h in hosts}
+
+
 def staging_fanout_commands(staged, ranked_vars, hosts, launch_host, cables=()):
     """The launch host's transfers (files/staging.py fanout, in its work dir): an rsync of each
     input another host lacks (its fact launch_stale) from the launch host's copy to that host's
@@ -192,10 +202,9 @@ def staging_fanout_commands(staged, ranked_vars, hosts, launch_host, cables=()):
     (cables: the launch host's ends, cluster_cable_plan), over the ssh mesh (its key and pinned
     host keys, from ~/.ssh/config), all at once. ranked_vars: the ranked hosts' variables; hosts:
     cluster_host_list."""
-    cabled = {end["peer"]: end["peer_address"] for end in reversed(cables)}
-    addresses = {h["name"]: cabled.get(h["name"], h["mpi_address"]) for h in hosts}
+    addresses = _fanout_addresses(hosts, cables)
     is_dir = {s["rel"]: s["dir"] for s in staged}
-    rsh = shlex.join(["ssh", *SSH_OPTIONS, "-o", "StrictHostKeyChecking=yes"])
+    rsh = shlex.join(MESH_SSH)
     commands = []
     for hv in ranked_vars:
         host = hv["inventory_hostname"]
@@ -227,6 +236,32 @@ def staging_fanout_argv(commands, hostvars, script):
     return _on_host(hostvars, script, "fanout", commands) if commands else []
 
 
+def staging_relay_argv(staged, ranked_vars, hosts, hostvars, manifests, script, cables=()):
+    """The command the controller runs, while it sends the launch host (hostvars: its variables)
+    the inputs it lacks (its launch_stale), for the launch host to pass each file on as it
+    arrives (files/staging.py relay, with its source `script`) to the other hosts whose copy of
+    that input differs, over the addresses staging_fanout_commands sends to; [] when there is
+    nothing to pass on. ranked_vars, hosts, cables: as for staging_fanout_commands; manifests:
+    the controller's."""
+    launch_host, arriving = hostvars["inventory_hostname"], hostvars["launch_stale"]
+    addresses = _fanout_addresses(hosts, cables)
+    receivers = [{"host": hv["inventory_hostname"],
+                  "argv": [*MESH_SSH, _host_word(addresses[hv["inventory_hostname"]])],
+                  "python": posixpath.join(hv["cluster_host_info"]["python_env"], "bin", "python"),
+                  "work_dir": hv["cluster_host_info"]["work_dir"],
+                  "rels": [rel for rel in hv["launch_stale"] if rel in arriving]}
+                 for hv in ranked_vars if hv["inventory_hostname"] != launch_host]
+    receivers = [r for r in receivers if r["rels"]]
+    if not receivers:
+        return []
+    is_dir = {s["rel"]: s["dir"] for s in staged}
+    paths = {rel: {name: posixpath.join(rel, name) if is_dir[rel] else rel
+                   for name in manifests[rel]} for rel in arriving}
+    spec = {"script": script, "manifests": {rel: manifests[rel] for rel in arriving},
+            "paths": paths, "hosts": receivers}
+    return _on_host(hostvars, script, "relay", spec)
+
+
 def staging_transfer_errors(results):
     """A message per failed transfer of staging_transfer's results."""
     return [f"{r['item']['host']}: sending {r['item']['rel']} from {r['item']['from']} failed "
@@ -256,6 +291,7 @@ class FilterModule:
             "staging_controller_commands": staging_controller_commands,
             "staging_fanout_commands": staging_fanout_commands,
             "staging_fanout_argv": staging_fanout_argv,
+            "staging_relay_argv": staging_relay_argv,
             "staging_transfer_errors": staging_transfer_errors,
             "staging_watch_commands": staging_watch_commands,
             "staging_hub_rel": staging_hub_rel,
