@@ -288,7 +288,8 @@ def test_the_launch_host_relays_each_input_it_lacks_to_the_hosts_that_lack_it_to
     assert staging.staging_relay_argv(STAGED, ranked, HOSTS, ranked[0], manifests, "S") == []
 
 
-def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept(tmp_path):
+def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept(tmp_path,
+                                                                                  hashed):
     """The relay reads each file while rsync writes it (its temporary, renamed at the end) and
     passes it on; a receiving host keeps a file, private, with the controller's mtime and recorded
     (record reads it no more), only when its sha256 is the controller's."""
@@ -324,6 +325,8 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
     assert int((copy / "w.bin").stat().st_mtime) == 1700000000
     recorded = json.loads((other / "models" / ".m.manifest.json").read_text())
     assert recorded == {"w.bin": manifests["models/m"]["w.bin"]}
+    assert script.record(str(other), ["models/m"]) == {"models/m": recorded}
+    assert hashed == []  # hashed as it arrived
 
 
 def test_a_relay_cut_off_keeps_what_arrived_and_ends_its_ssh(tmp_path):

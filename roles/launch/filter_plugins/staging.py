@@ -1,7 +1,8 @@
 """Jinja filters that stage train.yml's inputs (-e data=PATH, -e model=DIR) on the hosts: the
 controller sends each once, to the launch host, which sends it on to the others over the job's
-network, all at once; a host whose copy matches the controller's manifest gets nothing
-(tasks/stage_inputs.yml, files/staging.py). Unit-tested in tests/unit/test_launch_staging.py.
+network, all at once, each file as it arrives; a host whose copy matches the controller's
+manifest gets nothing (tasks/stage_inputs.yml, files/staging.py). Unit-tested in
+tests/unit/test_launch_staging.py.
 
 A staged input is {rel: its path under the work dir (data/<name>, models/<name>), src: the
 controller's path, dir: whether it is a directory}; a manifest {file: [size, mtime, sha256]}. A
