@@ -316,7 +316,7 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
         temporary.rename(launch / "models" / "m" / name)
     with contextlib.suppress(BrokenPipeError):  # it may have passed on both already
         relay.stdin.write(b"done\n")
-        relay.stdin.close()
+        relay.stdin.flush()
     assert relay.wait(timeout=20) == 0
     copy = other / "models" / "m"
     assert sorted(os.listdir(copy)) == ["w.bin"]  # x.bin, not the controller's, for rsync

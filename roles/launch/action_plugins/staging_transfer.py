@@ -75,16 +75,18 @@ def _fan_out(argv):
 @contextlib.contextmanager
 def _relaying(argv):
     """Runs the launch host's relay (files/staging.py relay, by argv; none when argv is empty)
-    while the block sends; the block's value: a function that tells it whether the sends
-    succeeded (it then finishes passing on what arrived, or ends at once)."""
+    while the block sends; the block's value: a function that tells it the sends succeeded and
+    waits while it passes on the rest of what arrived. Left otherwise, its stdin closes: it ends
+    at once."""
     relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL) if argv else None
 
-    def finish(succeeded):
-        if relay and succeeded:
+    def finish():
+        if relay:
             with contextlib.suppress(BrokenPipeError):  # it passed on every file already
                 relay.stdin.write(b"done\n")
                 relay.stdin.flush()
+            relay.wait()
 
     try:
         yield finish
@@ -167,7 +169,8 @@ class ActionModule(ActionBase):
             with _relaying(args.get("relay") or []) as finish:
                 with Progress(mine, "the controller", interval):
                     results += [_run(command) for command in sends]
-                finish(all(r["rc"] == 0 for r in results))
+                if all(r["rc"] == 0 for r in results):
+                    finish()
             if fanout and all(r["rc"] == 0 for r in results):
                 ran, error = _fan_out(fanout)
                 if ran is None:

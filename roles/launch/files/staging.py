@@ -383,8 +383,9 @@ def relay(work_dir, spec):
     controller's send instead of following it. spec["paths"]: {rel: {name: its path under the
     work dir}} of the files of spec["manifests"]. The rsyncs after it (fanout) find what the relay
     delivered in place (rsync's quick check) and send what it did not. stdin: "done" when the
-    controller's sends succeeded (each file is then read to its end); closed without it (the play
-    interrupted, a send failed), the relay and its ssh are killed at once."""
+    controller's sends succeeded (each file is then read to its end), held open until the relay
+    ends; closed before (the play interrupted, a send failed), the relay and its ssh are killed at
+    once."""
     sinks = {}
     for host in spec["hosts"]:
         take_argv = [host["python"], "-c", spec["script"], "take", host["work_dir"], "null"]
@@ -397,7 +398,7 @@ def relay(work_dir, spec):
     def end():
         if sys.stdin.readline().strip() == "done":
             finished.set()
-            return
+            sys.stdin.read()  # still ended when the controller goes
         for sink in sinks.values():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(sink.pid, signal.SIGTERM)
