@@ -5,7 +5,6 @@ The transfer itself over real ssh, and the bytes per interface, in
 tests/integration/test_train_playbook.py::test_inputs_are_sent_once_and_fanned_out_over_bridge0;
 a Hugging Face model's fetch against a local hub (tests/integration/hf_endpoint.py)."""
 
-import contextlib
 import hashlib
 import json
 import os
@@ -292,7 +291,8 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
                                                                                   hashed):
     """The relay reads each file while rsync writes it (its temporary, renamed at the end) and
     passes it on; a receiving host keeps a file, private, with the controller's mtime and recorded
-    (record reads it no more), only when its sha256 is the controller's."""
+    (record reads it no more), only when its sha256 is the controller's; the launch host records
+    what it read whole with the controller's sha256."""
     launch, other = tmp_path / "h1", tmp_path / "h2"
     (launch / "models" / "m").mkdir(parents=True)
     (other / "models").mkdir(parents=True)
@@ -313,10 +313,10 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
                 f.write(data[start:start + script.CHUNK])
                 f.flush()
                 time.sleep(0.1)
+        os.utime(temporary, (1700000000, 1700000000))
         temporary.rename(launch / "models" / "m" / name)
-    with contextlib.suppress(BrokenPipeError):  # it may have passed on both already
-        relay.stdin.write(b"done\n")
-        relay.stdin.flush()
+    relay.stdin.write(b"done\n")
+    relay.stdin.flush()
     assert relay.wait(timeout=20) == 0
     copy = other / "models" / "m"
     assert sorted(os.listdir(copy)) == ["w.bin"]  # x.bin, not the controller's, for rsync
@@ -327,6 +327,10 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
     assert recorded == {"w.bin": manifests["models/m"]["w.bin"]}
     assert script.record(str(other), ["models/m"]) == {"models/m": recorded}
     assert hashed == []  # hashed as it arrived
+    # On the launch host, what the relay read whole is recorded; record reads the rest.
+    assert json.loads((launch / "models" / ".m.manifest.json").read_text()) == recorded
+    assert script.record(str(launch), ["models/m"])["models/m"]["w.bin"] == recorded["w.bin"]
+    assert hashed == ["x.bin"]
 
 
 def test_a_relay_cut_off_keeps_what_arrived_and_ends_its_ssh(tmp_path):

@@ -215,13 +215,18 @@ def private(path):
             os.chmod(full, mode)
 
     if os.path.isfile(path):
-        set_mode(path, 0o700 if os.stat(path).st_mode & 0o111 else 0o600)
+        set_mode(path, private_mode(os.stat(path)))
         return
     for parent, _, names in os.walk(path, followlinks=True):
         set_mode(parent, 0o700)
         for name in names:
             full = os.path.join(parent, name)
-            set_mode(full, 0o700 if os.stat(full).st_mode & 0o111 else 0o600)
+            set_mode(full, private_mode(os.stat(full)))
+
+
+def private_mode(stat):
+    """A staged file's mode: 0600, 0700 when executable."""
+    return 0o700 if stat.st_mode & 0o111 else 0o600
 
 
 def prepare(work_dir, rels):
@@ -357,22 +362,47 @@ def _forward(sinks, hosts, data):
             del sinks[host]
 
 
-def _growing(temporary, size, finished):
-    """The chunks of the file rsync writes at temporary, its first `size` bytes read as they are
-    written; fewer when it ends short (`finished`: the controller's sends ended, so nothing more
-    comes: take then finds it short and drops it)."""
+def _growing(source, size, finished, digest):
+    """The chunks of the file rsync writes (source: it, open), its first `size` bytes read as
+    they are written and hashed into digest; fewer when it ends short (`finished`: the
+    controller's sends ended, so nothing more comes: take then finds it short and drops it)."""
     sent = 0
-    with open(temporary, "rb") as f:
-        while sent < size:
-            ended = finished.is_set()
-            chunk = f.read(min(CHUNK, size - sent))
-            if chunk:
-                sent += len(chunk)
-                yield chunk
-            elif ended:
-                return
-            else:
-                time.sleep(POLL)
+    while sent < size:
+        ended = finished.is_set()
+        chunk = source.read(min(CHUNK, size - sent))
+        if chunk:
+            digest.update(chunk)
+            sent += len(chunk)
+            yield chunk
+        elif ended:
+            return
+        else:
+            time.sleep(POLL)
+
+
+def add_to_manifests(work_dir, taken):
+    """Record files known to be the controller's (taken: {rel: {name: entry}}) in the manifests
+    beside their inputs, with the entries there that still hold (trusted), so record does not
+    read them again."""
+    for rel, entries in taken.items():
+        target = manifest_path(work_dir, rel)
+        write(target, {**trusted(os.path.join(work_dir, rel), *read(target)), **entries})
+
+
+def _record_read(work_dir, spec, read_whole):
+    """Record on the launch host the files the relay read whole with the controller's sha256
+    (read_whole: {(rel, name): the inode read}) once rsync has put them in place: the same inode,
+    with the controller's size and mtime, made private first (a chmod moves the ctime)."""
+    taken = {}
+    for (rel, name), inode in read_whole.items():
+        full = os.path.join(work_dir, spec["paths"][rel][name])
+        with contextlib.suppress(OSError):
+            stat = os.stat(full)
+            entry = spec["manifests"][rel][name]
+            if stat.st_ino == inode and quick(stat) == entry[:2]:
+                os.chmod(full, private_mode(stat))
+                taken.setdefault(rel, {})[name] = entry
+    add_to_manifests(work_dir, taken)
 
 
 def relay(work_dir, spec):
@@ -382,10 +412,11 @@ def relay(work_dir, spec):
     network, python, work_dir, rels}), to `staging.py take` there, so the fan-out overlaps the
     controller's send instead of following it. spec["paths"]: {rel: {name: its path under the
     work dir}} of the files of spec["manifests"]. The rsyncs after it (fanout) find what the relay
-    delivered in place (rsync's quick check) and send what it did not. stdin: "done" when the
-    controller's sends succeeded (each file is then read to its end), held open until the relay
-    ends; closed before (the play interrupted, a send failed), the relay and its ssh are killed at
-    once."""
+    delivered in place (rsync's quick check) and send what it did not. What it read whole with the
+    controller's sha256 is recorded on the launch host too (record reads it no more). stdin:
+    "done" when the controller's sends succeeded (each file is then read to its end), held open
+    until the relay ends; closed before (the play interrupted, a send failed), the relay and its
+    ssh are killed at once."""
     sinks = {}
     for host in spec["hosts"]:
         take_argv = [host["python"], "-c", spec["script"], "take", host["work_dir"], "null"]
@@ -407,7 +438,7 @@ def relay(work_dir, spec):
     threading.Thread(target=end, daemon=True).start()
     pending = {(rel, name): path for rel, paths in spec["paths"].items()
                for name, path in paths.items()}
-    seen = set()
+    seen, read_whole = set(), {}
     while pending and sinks:
         ended = finished.is_set()
         found = _temporaries(work_dir, pending, seen)
@@ -418,12 +449,20 @@ def relay(work_dir, spec):
             continue
         (rel, name), temporary = next(iter(found.items()))
         seen.add(temporary)
+        try:
+            source = open(temporary, "rb")  # noqa: SIM115 (closed below)
+        except FileNotFoundError:  # put in place already (a small file): the rsyncs send it
+            continue
         size, mtime, digest = spec["manifests"][rel][name]
         header = {"rel": rel, "name": name, "path": pending.pop((rel, name)), "size": size,
                   "mtime": mtime, "sha256": digest}
         _forward(sinks, needed[rel], json.dumps(header).encode() + b"\n")
-        for chunk in _growing(temporary, size, finished):
-            _forward(sinks, needed[rel], struct.pack(">I", len(chunk)) + chunk)
+        sha = hashlib.sha256()
+        with source:
+            for chunk in _growing(source, size, finished, sha):
+                _forward(sinks, needed[rel], struct.pack(">I", len(chunk)) + chunk)
+            if sha.hexdigest() == digest:
+                read_whole[rel, name] = os.fstat(source.fileno()).st_ino
         _forward(sinks, needed[rel], struct.pack(">I", 0))  # its end: take checks it
         for host in needed[rel]:
             with contextlib.suppress(KeyError, OSError):
@@ -433,6 +472,8 @@ def relay(work_dir, spec):
             sink.stdin.close()
     for sink in sinks.values():
         sink.wait()
+    finished.wait()  # rsync has put every file in place
+    _record_read(work_dir, spec, read_whole)
 
 
 def _chunks(stream):
@@ -481,7 +522,10 @@ def take(work_dir, _):
                 digest.update(chunk)
         size = os.stat(temporary).st_size
         if not ended:  # the stream cut
-            os.replace(temporary, full)
+            if size:
+                os.replace(temporary, full)
+            else:
+                os.remove(temporary)
             break
         if [size, digest.hexdigest()] != [file["size"], file["sha256"]]:
             os.remove(temporary)
@@ -489,9 +533,7 @@ def take(work_dir, _):
         os.utime(temporary, (file["mtime"], file["mtime"]))
         os.replace(temporary, full)
         taken.setdefault(file["rel"], {})[file["name"]] = [size, file["mtime"], file["sha256"]]
-    for rel, entries in taken.items():
-        target = manifest_path(work_dir, rel)
-        write(target, {**trusted(os.path.join(work_dir, rel), *read(target)), **entries})
+    add_to_manifests(work_dir, taken)
 
 
 if __name__ == "__main__":
