@@ -111,8 +111,9 @@ def report(args, table):
         *table,
         "",
         "Staging includes hashing the input on the controller (once; later launches read only",
-        "what changed), on the launch host and on every host it was sent to, all on the same two",
-        "cores, and the fan-out's ssh encryption there.",
+        "what changed) before it is sent; the launch host passes each file on to the other hosts",
+        "as it arrives (hashed as it is read there and as it is written on each), all on the same",
+        "two cores, then the fan-out's rsyncs find every file in place (a quick check each).",
     ]
     write_results(RESULTS, lines)
 
