@@ -48,10 +48,16 @@ def sent(vc):
     return int(Path(f"/sys/class/net/{vc.mgmt_bridge}/statistics/tx_bytes").read_text())
 
 
+# Each launch's slowest tasks, printed for the log: where a staging's time goes.
+PROFILE = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks",
+           "PROFILE_TASKS_TASK_OUTPUT_LIMIT": "8"}
+
+
 def launch(vc, workdir, run, extra=()):
     """(wall seconds, controller bytes) of one train.yml."""
     before = sent(vc)
-    wall, _ = train_yml(vc, workdir, run, [*COMMAND, *extra])
+    wall, out = train_yml(vc, workdir, run, [*COMMAND, *extra], env=PROFILE)
+    print(f"{run}: {wall:.1f} s, slowest tasks:\n{out[out.rfind('=' * 20):].strip()}", flush=True)
     return wall, sent(vc) - before
 
 
