@@ -56,6 +56,7 @@ class Settings:
     parallel: str = "data"
     stages: str | None = None
     micro_batches: int | None = None
+    schedule: str | None = None
     log_every: int = 10
     heartbeat: str | None = None
     report_to: tuple = ()  # names in TRACKERS
@@ -195,6 +196,11 @@ def parser():
     add("--micro-batches", type=count(1, BATCH_MAX), metavar="M", help="--parallel pipeline: "
         "the global batch goes through the stages in M parts, which keeps them busy at once "
         "(default: the number of stages)")
+    add("--schedule", choices=("1f1b", "gpipe"), help="--parallel pipeline: the order of the "
+        "micro-batches' forward and backward passes, with the same result: 1f1b (default) one "
+        "forward one backward once the pipeline is full, so a stage holds the inputs of at most "
+        "as many micro-batches as there are stages; gpipe every forward then every backward, "
+        "holding all M")
     add("--log-every", type=count(1, STEPS_MAX), metavar="K", help="report the loss every K "
         "steps (default: %(default)s)")
     add("--heartbeat", metavar="TEMPLATE", help="each rank writes {phase, step, steps, progress, "
@@ -295,7 +301,7 @@ def check_parallel(args):
     if args.parallel == "pipeline" and not args.lora:
         fail(f"argument --parallel: pipeline is for LoRA fine-tunes of an mlx-lm model, not "
              f"{args.model}; leave --parallel out")
-    for option in ("stages", "micro_batches"):
+    for option in ("stages", "micro_batches", "schedule"):
         if getattr(args, option) is not None and args.parallel != "pipeline":
             fail(f"argument --{option.replace('_', '-')}: only with --parallel pipeline")
 
@@ -367,6 +373,8 @@ def check_pipeline(args, world_size):
              f"{world_size} rank(s); a pipeline runs one stage per rank: give {world_size} "
              "layer counts or start as many ranks as stages")
     args.micro_batches = args.micro_batches or min(world_size, args.batch_size)
+    # 1F1B: GPipe's result and bubble, with at most S micro-batches' inputs held instead of M.
+    args.schedule = args.schedule or "1f1b"
     if args.micro_batches > args.batch_size:
         fail(f"argument --micro-batches: {args.micro_batches} is more than the "
              f"{args.batch_size} examples of a batch; choose at most {args.batch_size}")
@@ -397,5 +405,5 @@ def describe_batch(args, world_size):
     """The global batch and how it is split, in words."""
     if args.parallel == "pipeline":
         return (f"global batch {args.batch_size} in {args.micro_batches} micro-batches through "
-                f"{world_size} stage(s)")
+                f"{world_size} stage(s), {args.schedule} schedule")
     return data.describe_batch(args.batch_size, world_size)

@@ -201,7 +201,7 @@ def run(args, group):
             averaged = distributed.average_gradients(grads, group, args.grad_bucket_bytes,
                                                      getattr(mx, args.grad_dtype))
         else:  # the stages' sends and receives are the step itself
-            loss, grads = pipeline.step(stage, batch, args.micro_batches, group)
+            loss, grads = pipeline.step(stage, batch, args.micro_batches, args.schedule, group)
             averaged = grads
         mx.eval(loss, grads)
         update(optimizer, model, averaged)

@@ -1,13 +1,15 @@
 """Pipeline-parallel LoRA: an mlx-lm model's layers split across the ranks in order (stage k on
 rank k), each rank holding and training only its own.
 
-Stage 0 also holds the embedding, the last stage the norm, the head and the loss. A step is
-GPipe's: the global batch in micro-batches, every micro-batch forward through the stages (the
-activations sent to the next stage), then every one backward (their gradients sent back). A
-stage keeps only its inputs between the two and recomputes its activations in the backward, so
-its memory is its layers, M micro-batches' inputs and one micro-batch's activations. Each
-stage's optimizer updates its own adapters: Adam is elementwise, so this is one optimizer over
-the whole model.
+Stage 0 also holds the embedding, the last stage the norm, the head and the loss. A step takes
+the global batch in M micro-batches, each forward through the stages (the activations sent to
+the next stage) and backward (their gradients sent back), in the order of a schedule: GPipe's,
+every forward then every backward, or 1F1B's, one forward one backward once the pipeline is
+full. A stage keeps only its inputs between a micro-batch's forward and backward and recomputes
+its activations in the backward, so its memory is its layers, the inputs of the micro-batches
+in flight (GPipe: M; 1F1B: at most S, the number of stages) and one micro-batch's activations.
+Each stage's optimizer updates its own adapters: Adam is elementwise, so this is one optimizer
+over the whole model.
 
 The models are mlx-lm's whose forward is model.model's embed_tokens, layers (each called as
 layer(h, mask)) and norm, then model.lm_head or the embedding as head, and nothing else: those of
@@ -146,22 +148,48 @@ def loss_sum(logits, targets, weights):
     return (nn.losses.cross_entropy(logits.astype(mx.float32), targets) * weights).sum()
 
 
-def step(stage, batch, micro_batches, group):
-    """One GPipe step over the global batch (inputs, targets, weights as numpy): (the mean loss
-    over the batch's targets, on every rank; this stage's gradients of it)."""
+def passes(schedule, stages, micro_batches, rank):
+    """Stage rank's passes in order, ("F", m) or ("B", m): GPipe's every forward then every
+    backward; 1F1B's as many forwards as the stages after this one, then one forward one
+    backward, then the backwards left."""
+    warm = micro_batches if schedule == "gpipe" else min(stages - rank - 1, micro_batches)
+    steady = [p for m in range(warm, micro_batches) for p in (("F", m), ("B", m - warm))]
+    return ([("F", m) for m in range(warm)] + steady
+            + [("B", m) for m in range(micro_batches - warm, micro_batches)])
+
+
+def actions(schedule, stages, micro_batches, rank):
+    """Stage rank's actions in order: ("F", m) receives micro-batch m's input (held until its
+    backward) and computes its output, ("send", m) sends that output on, ("dh", m) receives the
+    gradient of it, ("B", m) computes the backward and sends the gradient of the input back.
+    Sends and receives block until the other side's: each output goes as soon as this stage has
+    received as many gradients as the next stage sends before taking that input (1F1B's next
+    stage sends a gradient, then takes the next input), so both stages meet each exchange in
+    the same order."""
+    last = rank == stages - 1
+    before, done = {}, 0  # of each input of the next stage: the backward passes it runs first
+    for kind, m in [] if last else passes(schedule, stages, micro_batches, rank + 1):
+        if kind == "F":
+            before[m] = done
+        done += kind == "B"
+    done, waiting, steps = 0, [], []
+    for kind, m in passes(schedule, stages, micro_batches, rank):
+        steps += [("F", m)] if kind == "F" else [("dh", m)]
+        done += kind == "B"
+        waiting += [m] if kind == "F" and not last else []
+        while waiting and before[waiting[0]] <= done:
+            steps.append(("send", waiting.pop(0)))
+        steps += [("B", m)] if kind == "B" else []
+    return steps
+
+
+def step(stage, batch, micro_batches, schedule, group):
+    """One step over the global batch (inputs, targets, weights as numpy) in the schedule's
+    order: (the mean loss over the batch's targets, on every rank; this stage's gradients)."""
     rank = stage.rank
     scale = 1 / float(batch[2].sum())
     micro = [tuple(map(mx.array, data.shard(batch, m, micro_batches)))
              for m in range(micro_batches)]
-
-    # Forward: each stage keeps what it received, for the backward.
-    received = []
-    for inputs, _, _ in micro:
-        h = inputs if stage.first else stage.receive(*inputs.shape, rank - 1, group)
-        mx.eval(h)
-        received.append(h)
-        if not stage.last:
-            mx.eval(mx.distributed.send(stage(h), rank + 1, group=group))
 
     def objective(params, h, cotangent, targets, weights):
         stage.model.update(params)
@@ -170,20 +198,30 @@ def step(stage, batch, micro_batches, group):
             out = loss_sum(out, targets, weights) * scale
         return (out * cotangent).sum()
 
-    # Backward, micro-batch by micro-batch in the same order on every stage.
     gradient = mx.value_and_grad(objective, argnums=0 if stage.first else (0, 1))
     params = stage.model.trainable_parameters()
     grads, loss = None, mx.array(0.0)
-    for h, (inputs, targets, weights) in zip(received, micro, strict=True):
-        cotangent = (mx.array(1.0) if stage.last
-                     else stage.receive(*inputs.shape, rank + 1, group))
-        value, found = gradient(params, h, cotangent, targets, weights)
-        if not stage.first:
-            found, dh = found
-            mx.eval(mx.distributed.send(dh, rank - 1, group=group))
-        grads = found if grads is None else tree_map(mx.add, grads, found)
-        loss = loss + value if stage.last else loss
-        mx.eval(grads, loss)
+    held, out, cotangent = {}, {}, {}  # of the micro-batches in flight
+    for kind, m in actions(schedule, group.size(), micro_batches, rank):
+        inputs, targets, weights = micro[m]
+        if kind == "F":
+            held[m] = inputs if stage.first else stage.receive(*inputs.shape, rank - 1, group)
+            out[m] = None if stage.last else stage(held[m])
+            mx.eval(held[m], out[m])
+        elif kind == "send":
+            mx.eval(mx.distributed.send(out.pop(m), rank + 1, group=group))
+        elif kind == "dh":
+            cotangent[m] = (mx.array(1.0) if stage.last
+                            else stage.receive(*inputs.shape, rank + 1, group))
+            mx.eval(cotangent[m])
+        else:
+            value, found = gradient(params, held.pop(m), cotangent.pop(m), targets, weights)
+            if not stage.first:
+                found, dh = found
+                mx.eval(mx.distributed.send(dh, rank - 1, group=group))
+            grads = found if grads is None else tree_map(mx.add, grads, found)
+            loss = loss + value if stage.last else loss
+            mx.eval(grads, loss)
     stage.model.update(params)
     # The loss is the last stage's: a sum to which the others add zeros.
     return mx.distributed.all_sum(loss, group=group), grads

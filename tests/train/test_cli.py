@@ -218,14 +218,18 @@ def test_pipeline_options_are_checked_before_any_rank_starts(capsys, tiny_llm):
     assert "argument --stages: only with --parallel pipeline" in error_of(capsys, "--stages", "1")
     assert "argument --micro-batches: only with --parallel pipeline" in error_of(
         capsys, "--micro-batches", "2")
+    assert "argument --schedule: only with --parallel pipeline" in error_of(
+        capsys, "--schedule", "gpipe")
     assert "'5,x' is not layer counts per stage, each >= 1" in error_of(
         capsys, *lora, "--stages", "5,x")
     assert "'5,0' is not layer counts" in error_of(capsys, *lora, "--stages", "5,0")
 
     args = cli.parse([*lora, "--stages", "1,1"])
     cli.check_world(args, 2)
-    assert (args.stages, args.micro_batches, args.batch_size) == ("1,1", 2, 4)
-    assert cli.describe_batch(args, 2) == "global batch 4 in 2 micro-batches through 2 stage(s)"
+    assert (args.stages, args.micro_batches, args.batch_size, args.schedule) == ("1,1", 2, 4,
+                                                                                 "1f1b")
+    assert cli.describe_batch(args, 2) == ("global batch 4 in 2 micro-batches through 2 "
+                                           "stage(s), 1f1b schedule")
     for argv, world, error in (
             (["--stages", "1,1"], 3, "argument --stages: 1,1 is 2 stage(s) but the run has 3 "
              "rank(s); a pipeline runs one stage per rank"),

@@ -26,6 +26,7 @@ MLX_LAUNCH = Path(sys.executable).parent / "mlx.launch"
 LAYERS = 8
 SETTINGS = ("--steps", "6", "--batch-size", "8", "--lr", "3e-3", "--log-every", "1",
             "--eval-every", "3", "--checkpoint-every", "0")
+TWO_STAGES = ("--stages", "5,3", "--micro-batches", "4")
 
 
 @pytest.fixture(scope="module")
@@ -75,9 +76,10 @@ def pipeline_run(llm, outs, *flags):
 
 @pytest.fixture(scope="module")
 def two_stages(deep_llm, tmp_path_factory):
-    """(mpirun's result, each rank's out directory) of a 2-stage fine-tune, 5 layers and 3."""
+    """(mpirun's result, each rank's out directory) of a 2-stage fine-tune, 5 layers and 3, in 4
+    micro-batches (1F1B's, more than the stages)."""
     outs = [tmp_path_factory.mktemp("two") / f"rank{r}" for r in range(2)]
-    return pipeline_run(deep_llm, outs, "--stages", "5,3"), outs
+    return pipeline_run(deep_llm, outs, *TWO_STAGES), outs
 
 
 @pytest.fixture(scope="module")
@@ -89,12 +91,14 @@ def three_stages(deep_llm, tmp_path_factory):
 
 # The first stage also holds the embedding, the last the norm and head; balanced by parameter
 # bytes, three stages take 3/2/3 layers (the embedding and head weigh little here).
-@pytest.mark.parametrize("piped, split", [("two_stages", [5, 3]), ("three_stages", [3, 2, 3])])
-def test_the_stages_train_what_one_process_trains(request, deep_llm, one_process, piped, split):
+@pytest.mark.parametrize("piped, split, micro", [("two_stages", [5, 3], 4),
+                                                 ("three_stages", [3, 2, 3], 3)])
+def test_the_stages_train_what_one_process_trains(request, deep_llm, one_process, piped, split,
+                                                  micro):
     model_dir = deep_llm[0]
     result, outs = request.getfixturevalue(piped)
-    assert (f"global batch 8 in {len(split)} micro-batches through {len(split)} stage(s)"
-            in result.stdout)
+    assert (f"global batch 8 in {micro} micro-batches through {len(split)} stage(s), 1f1b "
+            "schedule" in result.stdout)
     assert summary(outs[0])["world_size"] == len(split)
     assert len(summary(outs[0])["peak_memory_bytes"]) == len(split)  # by rank
 
@@ -158,9 +162,8 @@ def test_the_ring_backend_carries_the_pipeline_into_one_directory(tmp_path, deep
 def test_a_resumed_pipeline_continues_exactly(tmp_path, deep_llm, two_stages):
     """Each stage resumes from its own checkpoint, at the step every stage has."""
     outs = [tmp_path / f"rank{r}" for r in range(2)]
-    halfway = ("--steps", "3", "--stages", "5,3")
-    pipeline_run(deep_llm, outs, *halfway)
-    resumed = pipeline_run(deep_llm, outs, "--stages", "5,3", "--resume")
+    pipeline_run(deep_llm, outs, "--steps", "3", *TWO_STAGES)
+    resumed = pipeline_run(deep_llm, outs, *TWO_STAGES, "--resume")
     assert resumed.stdout.count("(step 3)") == 2, resumed.stdout  # rank 0 and 1, each its own
     assert losses(outs[0]) == losses(two_stages[1][0])  # bit for bit
     resumed, straight = (arrays(out / "adapters" / "adapters.safetensors")
@@ -175,6 +178,53 @@ def test_a_resumed_pipeline_continues_exactly(tmp_path, deep_llm, two_stages):
                 check=False)
     assert other.returncode != 0
     assert "was made with --stages 5,3, not 4,4" in other.stderr
+
+
+def test_gpipe_gives_1f1bs_result_bit_for_bit(tmp_path, deep_llm, two_stages):
+    """The schedules run the same passes in another order: each stage sums its micro-batches'
+    gradients in the same order."""
+    outs = [tmp_path / f"rank{r}" for r in range(2)]
+    result = pipeline_run(deep_llm, outs, *TWO_STAGES, "--schedule", "gpipe")
+    assert "4 micro-batches through 2 stage(s), gpipe schedule" in result.stdout
+    assert losses(outs[0]) == losses(two_stages[1][0])
+    gpipe, one_f_one_b = (arrays(out / "adapters" / "adapters.safetensors")
+                          for out in (outs[0], two_stages[1][0]))
+    assert gpipe.keys() == one_f_one_b.keys()
+    assert all(np.array_equal(gpipe[k], one_f_one_b[k]) for k in gpipe)
+
+
+def exchanged(schedule, stages, micro):
+    """Every stage's actions run against each other, each send and receive waiting for the other
+    side's (as MPI's and the ring's do for large messages): (whether all of them finish, the
+    most micro-batch inputs each stage held at once)."""
+    todo = [pipeline.actions(schedule, stages, micro, r) for r in range(stages)]
+    pairs = {"F": (-1, "send"), "send": (1, "F"), "dh": (1, "B"), "B": (-1, "dh")}
+    held, most = [0] * stages, [0] * stages
+    moved = True
+    while moved:
+        moved = False
+        for rank in (r for r in range(stages) if todo[r]):
+            kind, m = todo[rank][0]
+            offset, other = pairs[kind]
+            peer = rank + offset
+            if 0 <= peer < stages and todo[peer][:1] != [(other, m)]:
+                continue  # waits for the peer's side of the exchange
+            for r in [rank] + ([peer] if 0 <= peer < stages else []):
+                held[r] += {"F": 1, "B": -1}.get(todo[r].pop(0)[0], 0)
+                most[r] = max(most[r], held[r])
+            moved = True
+    return not any(todo), most
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("micro", [1, 2, 3, 4, 7])
+def test_the_schedules_never_deadlock_and_1f1b_holds_at_most_a_micro_batch_per_stage(stages,
+                                                                                    micro):
+    """Both schedules finish with blocking sends; a stage holds the inputs of all M micro-batches
+    under GPipe and of at most S - rank under 1F1B."""
+    assert exchanged("gpipe", stages, micro) == (True, [micro] * stages)
+    assert exchanged("1f1b", stages, micro) == (True, [min(micro, stages - r)
+                                                       for r in range(stages)])
 
 
 def test_a_stage_reads_only_its_own_weights(deep_llm):
