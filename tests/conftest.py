@@ -98,13 +98,20 @@ def vcluster(tmp_path_factory):
 def tiny_llm(tmp_path_factory):
     """(model directory, data directory): a randomly initialised 2-layer llama that mlx_lm.load
     reads (config.json, model.safetensors, a word-level tokenizer) and mlx-lm jsonl data."""
+    return write_llm(tmp_path_factory.mktemp("llm"), tmp_path_factory.mktemp("jsonl"))
+
+
+def write_llm(model_dir, data_dir, **config):
+    """(model_dir, data_dir) with tiny_llm's model, tokenizer and data; config: the model's
+    settings that differ (e.g. num_hidden_layers), for a bigger one."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models import llama
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    model_dir, data_dir = tmp_path_factory.mktemp("llm"), tmp_path_factory.mktemp("jsonl")
+    model_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True)
     words = ["<unk>", "<eos>", "the", "cat", "dog", "is", "red", "blue", "green", "sat", "on", "a",
              "mat", "ran", "to", "park"]
     vocab = {w: i for i, w in enumerate(words)}
@@ -117,7 +124,7 @@ def tiny_llm(tmp_path_factory):
     config = {"model_type": "llama", "hidden_size": 32, "num_hidden_layers": 2,
               "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
               "rms_norm_eps": 1e-5, "vocab_size": len(vocab), "tie_word_embeddings": True,
-              "eos_token_id": 1}
+              "eos_token_id": 1, **config}
     (model_dir / "config.json").write_text(json.dumps(config))
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs.from_dict(config))

@@ -233,6 +233,13 @@ def cpu_cgroup_dirs(name: str) -> list[Path]:
     return list(dict.fromkeys((CGROUP_ROOT / kind).resolve() / name for kind in ("cpu", "cpuacct")))
 
 
+def memory_cgroup_dir(name: str) -> Path:
+    """The cgroup directory that caps a host's memory (cgroup v2's is also its CPU one)."""
+    if (CGROUP_ROOT / "cgroup.controllers").exists():
+        return CGROUP_ROOT / name
+    return (CGROUP_ROOT / "memory").resolve() / name
+
+
 def _retry_locked(argv: list[str]) -> None:
     """useradd/userdel fail while another process holds /etc/passwd's lock: retry a little."""
     for _ in range(40):
@@ -736,6 +743,24 @@ class VirtualCluster:
             else:
                 (limit / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
                 (limit / "cpu.cfs_quota_us").write_text(str(quota or -1))
+
+    def set_memory(self, limit: int | None, host: Host | str | int | None = None) -> None:
+        """Cap a host (default: every host) at `limit` bytes of memory, as a Mac has its RAM:
+        everything running in it now (its sshd, so every login after) joins the host's memory
+        cgroup; past the cap the kernel kills a process. None lifts the cap."""
+        v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
+        for h in [self.host(host)] if host is not None else self.hosts:
+            path = memory_cgroup_dir(h.name)
+            if not path.exists():
+                self._record("cgroup", path=str(path))
+                path.mkdir()
+            if v2:
+                (CGROUP_ROOT / "cgroup.subtree_control").write_text("+memory")
+            (path / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(
+                str(limit) if limit is not None else ("max" if v2 else "-1"))
+            for pid in sh(["ip", "netns", "pids", h.netns]).stdout.split():
+                with contextlib.suppress(ProcessLookupError):  # one that ended meanwhile
+                    (path / "cgroup.procs").write_text(pid)
 
     def cpu_seconds(self, host: Host | str | int) -> float:
         """CPU time the host's processes have used (needs cpus= when the cluster was built)."""

@@ -22,6 +22,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from tests.conftest import write_llm
 from tests.integration.hf_endpoint import Hub
 from tools.playbook import run_playbook
 from tools.wheelhouse import ensure_wheelhouse
@@ -459,36 +460,106 @@ def test_an_interrupted_staging_resumes_where_it_stopped(cluster, tmp_path):
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
-def test_a_pipeline_splits_the_model_over_two_hosts_and_trains_what_one_process_trains(
-        cluster, tmp_path, tiny_llm):
-    """-e parallel=pipeline on 2 ranks, one per host: a layer of tiny_llm each, the activations
-    and their gradients over the Thunderbolt network; the losses and adapters are one process's
-    (tests/train/test_pipeline.py's tolerances), the second stage's checkpoint stays on its host."""
-    vc = cluster
-    model, data = tiny_llm
-    job = {"steps": 4, "batch_size": 4, "lr": 0.003, "log_every": 1, "eval_every": 0}
-    local = tmp_path / "local"
-    subprocess.run([sys.executable, "-m", "train", "--model", str(model), "--data", str(data),
-                    *(f"--{k.replace('_', '-')}={v}" for k, v in job.items()), "--out", local],
-                   check=True, capture_output=True, timeout=300)
-    run, out = train(vc, tmp_path, "pipeline", model=str(model), data=str(data),
-                     parallel="pipeline", np=2, **job)
+# A 12-layer float32 llama of 340 MB with a head of its own: its layers weigh more than a rank's
+# python, MLX and mlx-lm (about 135 MB).
+BIG_LLM = {"hidden_size": 512, "intermediate_size": 4096, "num_hidden_layers": 12,
+           "tie_word_embeddings": False}
+
+
+@pytest.fixture
+def memory_capped(cluster):
+    """The cluster, whose hosts' memory the test may cap (VirtualCluster.set_memory): lifted
+    after it, for the tests after."""
+    yield cluster
+    cluster.set_memory(None)
+
+
+HOST_MEMORY = 470 << 20  # below one process's fine-tune of big_llm (555 MB), above a third's
+
+
+def test_a_model_bigger_than_one_host_trains_as_a_pipeline_over_three_and_survives_a_kill(
+        memory_capped, tmp_path):
+    """-e parallel=pipeline on the 4 slots of the 3 hosts, stages 4,2,2,4: a third of big_llm's
+    layers on each host (two stages on the host with 2 slots), the activations and their
+    gradients over the Thunderbolt network. Every host's memory is capped below what one process
+    needs, then a rank is killed: the supervisor restarts the job under the cap, each stage
+    resumes from its own checkpoint, and the losses and adapters are one uninterrupted process's
+    (tests/train/test_pipeline.py's tolerances). One host alone, under the same cap, is killed
+    for memory."""
+    vc = memory_capped
+    model, data = write_llm(tmp_path / "big", tmp_path / "data", **BIG_LLM)
+    job = {"steps": 6, "batch_size": 4, "lr": 1e-4, "log_every": 1, "eval_every": 0,
+           "checkpoint_every": 2}
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in job.items()]
+    local = tmp_path / "local"  # the reference, meanwhile, on the controller
+    reference = subprocess.Popen([sys.executable, "-m", "train", "--model", str(model), "--data",
+                                  str(data), *flags, "--out", local],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    name, victim = "pipeline", vc.hosts[2].name  # rank 3, the last stage
+    started = time.monotonic()
+    outcome = {}
+
+    def play():
+        outcome["run"], outcome["out"] = train(
+            vc, tmp_path, name, model=str(model), data=str(data), parallel="pipeline",
+            stages="4,2,2,4", restart_backoff=1, **job)
+
+    thread = threading.Thread(target=play)
+    thread.start()
+    try:
+        def checkpointed():  # rank 0 past the first checkpoint: every stage has one
+            beat = vc.run(vc.hosts[0], f"cat mlx-cluster/runs/{name}/logs/rank.0.heartbeat "
+                          "2>/dev/null || true", user=vc.hosts[0].user).stdout
+            return bool(beat.strip()) and json.loads(beat)["step"] > 2
+
+        wait_for(checkpointed, 600, "rank 0 past step 2")
+        vc.set_memory(HOST_MEMORY)  # the ranks started from here on (the restart's) run capped
+        os.kill(wait_for(lambda: rank_pid(vc, victim, name), 30, "rank 3"), signal.SIGKILL)
+    finally:
+        thread.join(timeout=900)
+    run, out = outcome["run"], outcome["out"]
+    print(f"\npipeline over 3 hosts, killed and resumed: {time.monotonic() - started:.0f} s")
     assert run.status == "successful", run.stdout[-6000:]
-    assert json.loads((out / "summary.json").read_text())["world_size"] == 2
+    [restart] = json.loads((out / "job.json").read_text())["restarts"]
+    assert restart["reason"] == "rank_failed" and victim in restart["suspect"], restart
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["world_size"] == 4 and 2 <= summary["resumed_from_step"] < 6, summary
+
+    assert reference.wait(timeout=600) == 0, reference.stderr[-3000:]
     piped_losses, losses = ([r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
                             for lines in ((o / "metrics.jsonl").read_text().splitlines()
                                           for o in (out, local)))
-    assert len(piped_losses) == 4
+    assert len(piped_losses) == 6
     np.testing.assert_allclose(piped_losses, losses, rtol=5e-5)
     piped, single = ({k: np.array(v) for k, v in mx.load(str(path)).items()}
                      for path in (o / "adapters" / "adapters.safetensors" for o in (out, local)))
     assert piped.keys() == single.keys()
     for key in single:
         np.testing.assert_allclose(piped[key], single[key], rtol=0, atol=1e-4, err_msg=key)
-    second = vc.hosts[1]
-    held = vc.run(second, "ls mlx-cluster/runs/pipeline/stage1/checkpoints",
-                  user=second.user).stdout.split()
-    assert held == ["step_00000004"], held
+    last = vc.hosts[2]  # the last stage's checkpoints stay on its host
+    held = vc.run(last, "ls mlx-cluster/runs/pipeline/stage3/checkpoints",
+                  user=last.user).stdout.split()
+    assert "step_00000006" in held, held
+
+    # Peak memory by host (ranks 0 | 1, 2 | 3), under the cap: about a third of the model
+    # each, plus a rank's own python and libraries; one process needs more than the cap.
+    whole = (model / "model.safetensors").stat().st_size
+    [alone] = json.loads((local / "summary.json").read_text())["peak_memory_bytes"]
+    peaks = summary["peak_memory_bytes"]
+    by_host = [peaks[0], peaks[1] + peaks[2], peaks[3]]
+    print("peak memory by host (MB):", [n >> 20 for n in by_host], "one process:", alone >> 20)
+    assert alone > HOST_MEMORY > max(by_host), (alone, by_host)
+    for ranks, peak in zip((1, 2, 1), by_host, strict=True):
+        assert whole / 3 < peak < whole / 3 + ranks * (200 << 20), (peak, whole)
+    assert job_processes(vc) == {h.name: [] for h in vc.hosts}
+
+    # The whole model on one host under the same cap: the kernel kills the rank, the play
+    # names it.
+    run, _ = train(vc, tmp_path, "alone", model=str(model), data=str(data), np=1,
+                   max_restarts=0, **job)
+    assert run.status == "failed"
+    message = failure_message(run)
+    assert f"rank 0 on {vc.hosts[0].name}: killed by signal 9" in message, message
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
