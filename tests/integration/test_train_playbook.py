@@ -148,6 +148,13 @@ def test_trains_on_every_slot_over_bridge0_then_resumes(cluster, tmp_path):
     logs = sorted(p.name for p in (out / "logs").iterdir())
     assert logs == [f"rank.{r}.log" for r in range(4)]
     assert "--bind-to none" in (out / "command.sh").read_text()
+    # Every rank's Open MPI ran its all-reduce by train's rules: the file each rank's program
+    # gave it is that host's installed copy.
+    [rules] = re.findall(r'dynamic_rules_filename="\$PWD"/(\S+) &&',
+                         (out / "command.sh").read_text())
+    rules_text = (Path(__file__).parents[2] / "train" / "openmpi-allreduce.rules").read_text()
+    for host in vc.hosts:
+        assert vc.run(host, f"cat mlx-cluster/{rules}", user=host.user).stdout == rules_text
     [line] = (out / "result.json").read_text().splitlines()  # one line of JSON for scripts
     result = json.loads(line)
     assert (result["ok"], result["state"], result["error"]) == (True, "finished", None), result
