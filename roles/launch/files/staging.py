@@ -57,8 +57,9 @@ CHUNK = 1 << 20
 # and after which a temporary nothing writes into is an old one (an rsync killed long ago).
 POLL = 0.05
 STALE = 30
-# The file rsync writes while it receives <name>: .<name>.XXXXXX beside it, renamed at the end.
-RECEIVING = re.compile(r"^\.(.+)\.[A-Za-z0-9]{6}$")
+# The file rsync writes while it receives <name>: .<name>.XXXXXX beside it, renamed at the end
+# (six random characters from rsync, ten from openrsync, macOS 15's rsync: its mktemplate()).
+RECEIVING = re.compile(r"^\.(.+)\.(?:[A-Za-z0-9]{6}|[A-Za-z0-9]{10})$")
 
 
 def files(path):
