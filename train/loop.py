@@ -82,6 +82,20 @@ def evaluate(model, split, batch_size, group, heartbeat):
     return loss / count, correct / count
 
 
+def evaluation(args, model, stage, split, group, heartbeat):
+    """(loss, accuracy) over split: the model's, or the pipeline's through its stages."""
+    if stage is None:
+        return evaluate(model, split, args.batch_size, group, heartbeat)
+    return pipeline.evaluate(stage, split, args.batch_size, group, heartbeat)
+
+
+def finished(args, group):
+    """Whether the run wrote summary.json (rank 0's word, for every rank). A run lost after its
+    last checkpoint and before its outputs (adapters, summary) was not: resumed, it writes them."""
+    done = group.rank() == 0 and (args.out / "summary.json").exists()
+    return mx.distributed.all_sum(mx.array(int(done)), group=group).item() > 0
+
+
 def restore(args, model, optimizer, group, stage):
     """(the step to start from, the broken checkpoints skipped): rank 0 loads the newest intact
     checkpoint (if resuming) and every rank takes rank 0's step, parameters and optimizer state.
@@ -163,7 +177,7 @@ def run(args, group):
     optimizer.init(model.trainable_parameters())
     start, skipped = restore(args, model, optimizer, group, stage)
     checkpoints = rank == 0 or stage is not None  # this rank writes them: a stage its own
-    if start >= args.steps:
+    if start >= args.steps and finished(args, group):
         if rank == 0:
             report.say(f"{args.out} is already at step {start} of {args.steps}; nothing to do")
         return
@@ -230,9 +244,7 @@ def run(args, group):
 
         if (args.eval_every and step % args.eval_every == 0) or step == args.steps:
             heartbeat.at("evaluating", step)
-            eval_loss, accuracy = (
-                evaluate(model, test, args.batch_size, group, heartbeat) if stage is None
-                else pipeline.evaluate(stage, test, args.batch_size, group, heartbeat))
+            eval_loss, accuracy = evaluation(args, model, stage, test, group, heartbeat)
             if rank == 0:
                 metrics.add(kind="eval", step=step, eval_loss=eval_loss, eval_accuracy=accuracy)
                 progress.write(f"eval step {step} loss {eval_loss:.4f} accuracy {accuracy:.4f}")
@@ -258,6 +270,12 @@ def run(args, group):
             heartbeat.beat()
             return
 
+    if start >= args.steps:  # its last checkpoint, not its outputs: they follow from it
+        heartbeat.at("evaluating", start)
+        eval_loss, accuracy = evaluation(args, model, stage, test, group, heartbeat)
+        if rank == 0:
+            train_loss = next((r["loss"] for r in reversed(metrics.records())
+                               if r["kind"] == "train"), None)
     heartbeat.at("exiting", args.steps)
     heartbeat.beat()
     if args.lora:  # a pipeline's: every stage's, on every rank
@@ -273,9 +291,9 @@ def run(args, group):
             "steps": args.steps, "resumed_from_step": start, "checkpoints_skipped": skipped,
             "train_loss": train_loss, "eval_loss": eval_loss, "eval_accuracy": accuracy,
             "wall_time_s": time.perf_counter() - started,
-            "samples_per_s": steps_run * args.batch_size / step_time,
+            "samples_per_s": steps_run * args.batch_size / step_time if steps_run > 0 else None,
             # A pipeline's sends are its step: no share of it to tell apart.
-            "comm_time_share": sync_time / step_time if stage is None else None,
+            "comm_time_share": sync_time / step_time if stage is None and steps_run > 0 else None,
             "peak_memory_bytes": peaks,  # by rank
         }
         report.plot(metrics.records(), args.out / "loss.png")

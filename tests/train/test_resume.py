@@ -2,6 +2,7 @@
 does (also when the resumed run has two ranks and only rank 0 can read the checkpoint, and when
 the newest checkpoints were damaged since)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -113,6 +114,15 @@ def test_resume_refuses_a_different_run(tmp_path):
     assert result.returncode == 2 and "was made with --width 128, not 256" in result.stderr
     done = run(train_cmd(*SETTINGS, "--steps", "20", "--out", out, "--resume")).stdout
     assert "already at step 20 of 20; nothing to do" in done
+    # Lost after its last checkpoint, before summary.json: resumed, it writes what it lacked.
+    summary = json.loads((out / "summary.json").read_text())
+    (out / "summary.json").unlink()
+    finished = run(train_cmd(*SETTINGS, "--steps", "20", "--out", out, "--resume")).stdout
+    assert "nothing to do" not in finished and "wrote summary.json" in finished
+    again = json.loads((out / "summary.json").read_text())
+    assert {k: again[k] for k in ("train_loss", "eval_loss", "eval_accuracy", "steps")} == {
+        k: summary[k] for k in ("train_loss", "eval_loss", "eval_accuracy", "steps")}
+    assert again["resumed_from_step"] == 20 and again["samples_per_s"] is None
 
 
 def test_checkpoint_round_trip_and_half_written_ones_are_ignored(tmp_path):
