@@ -267,7 +267,8 @@ def test_killed_rank_is_restarted(jobs, uninterrupted):
           f"{resumed:.1f} s")
     assert done["state"] == "finished" and len(done["restarts"]) == 1, job.log()
     assert restart["reason"] == "rank_failed" and detected < 5
-    assert restart["suspect"] == "rank 1 on h1: killed by signal 9", restart
+    assert restart["suspect"] == "rank 1 on h1: killed by signal 9 (out of memory? a model or " \
+        "batch too big for the host, or killed by hand)", restart
     assert_same_weights(job.dir, uninterrupted)
     assert job.left() == []
 

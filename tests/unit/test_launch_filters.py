@@ -525,9 +525,9 @@ RING = ("\x1b[33m[WARN] Node with rank 1 exited with code 255 \x1b[0m\n"
 
 @pytest.mark.parametrize(
     ("log", "found"),
-    [(OMPI4_SIGNAL, (2, "killed by signal 9")),
+    [(OMPI4_SIGNAL, (2, "killed by signal 9" + supervisor.KILLED_HINT)),
      (OMPI4_EXIT, (2, "exited with code 3")),
-     (OMPI5_SIGNAL, (1, "killed by signal 9")),
+     (OMPI5_SIGNAL, (1, "killed by signal 9" + supervisor.KILLED_HINT)),
      (OMPI5_EXIT, (2, "exited with code 3")),
      (RING, (1, "exited with code 255")),
      ("[train] step 10/10 loss 0.1\n", None)],

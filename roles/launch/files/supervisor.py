@@ -70,6 +70,8 @@ MPI_EXIT = re.compile(r"Process name:\s*\[[^\n]*,(\d+)\]\s*\n\s*Exit code:\s*(\d
 # mlx.launch (ring), which itself exits 0: "Node with rank 1 exited with code 255" / "was killed".
 RING_EXIT = re.compile(r"Node with rank (\d+) (?:exited with code (\d+)|was killed)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# Who sends SIGKILL unasked: Linux's OOM killer and macOS's memory pressure (jetsam).
+KILLED_HINT = " (out of memory? a model or batch too big for the host, or killed by hand)"
 METRIC_POINTS = 500  # train records status --run gives at most (a page's curve)
 # What status --run reads of each host besides the heartbeats: its memory, GPU and power, and
 # the bytes each interface moved, as "--- name" sections of raw output, read by the
@@ -99,8 +101,8 @@ STARTUP_PHASES = (None, "loading", "checkpointing")
 def failed_rank(text):
     """(rank, why) of the first rank the launcher's output reports as failed, or None."""
     text = ANSI.sub("", text)
-    found = [(m.start(), int(m.group(1)), f"killed by signal {m.group(4)}")
-             for m in MPI_SIGNAL.finditer(text)]
+    found = [(m.start(), int(m.group(1)), f"killed by signal {m.group(4)}"
+              + (KILLED_HINT if m.group(4) == "9" else "")) for m in MPI_SIGNAL.finditer(text)]
     found += [(m.start(), int(m.group(1)), f"exited with code {m.group(2)}")
               for m in MPI_EXIT.finditer(text)]
     found += [(m.start(), int(m.group(1)), f"exited with code {m.group(2)}" if m.group(2)
