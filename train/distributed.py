@@ -38,7 +38,9 @@ def init():
     train.yml's mpirun, Open MPI's all-reduce follows OPENMPI_RULES: the launch passes them.)"""
     sizes = launcher_sizes()
     if all(size == 1 for size in sizes.values()):  # no launcher, or a world of one process
-        return mx.distributed.init()
+        # Not MLX's first choice, MPI: under mpirun it starts MPI, finds one process and gives
+        # up without finalizing it, and mpirun fails the job that succeeded (mlx 0.32).
+        return mx.distributed.init(backend="ring")
     try:
         return mx.distributed.init(strict=True)
     except RuntimeError as e:

@@ -9,7 +9,7 @@ import pytest
 
 from train import cli
 
-from .conftest import mpirun_cmd, needs_mpirun, run, train_cmd
+from .conftest import mpirun_cmd, needs_mpirun, run, summary, train_cmd
 
 
 def error_of(capsys, *argv):
@@ -202,6 +202,13 @@ def test_batch_smaller_than_the_world_under_mpirun(tmp_path):
     assert result.returncode == 2
     assert "--batch-size 1 leaves some of the 2 ranks without an example" in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@needs_mpirun
+def test_a_world_of_one_process_under_mpirun_succeeds(tmp_path):
+    result = run(mpirun_cmd(train_cmd("--steps", "2", "--out", tmp_path / "run")), check=False)
+    assert result.returncode == 0, result.stderr[-3000:]  # mpirun: "exiting improperly", code 1
+    assert summary(tmp_path / "run")["world_size"] == 1
 
 
 def test_an_unknown_tracker_is_refused(capsys):
