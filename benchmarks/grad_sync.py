@@ -5,8 +5,8 @@ against the stock all-reduces (mpi4py, MLX mpi, MLX ring), all in one run.
 
 A 3-host virtual cluster (one rank each) is set up with setup.yml; bench.yml times the stock
 all-reduces of a 64 MiB float32 message over the Thunderbolt network (bridge0); then
-train.distributed.average_gradients averages a 64 MiB gradient tree (16 tensors of 4 MiB, MLX's
-32 MiB buckets) under mpirun with train.yml's flags (MLX mpi) and with the ring backend on every
+train.distributed.average_gradients averages a 64 MiB gradient tree (16 tensors of 4 MiB, train's
+default buckets) under mpirun with train.yml's flags (MLX mpi) and with the ring backend on every
 host (MLX ring). Fastest and median round of each. With --rate, bridge0 is shaped to that rate
 (tc tbf), so that the link, not this machine's 2 cores, bounds the transfer, as a Thunderbolt
 cable between Macs with far faster CPUs does.
@@ -23,6 +23,7 @@ from pathlib import Path
 from benchmarks.cluster import set_up_cluster, write_results
 from benchmarks.launch_overhead import LIBMPI, VERSION, as_user, mpi
 from tools.playbook import run_playbook
+from train.cli import DEFAULT
 
 RESULTS = Path(__file__).parent / "results" / "grad_sync.md"
 MiB = 1 << 20
@@ -36,13 +37,14 @@ import json, sys, time
 import mlx.core as mx
 from train import distributed, loop
 dtype, rounds, backend, what = getattr(mx, sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+bucket_bytes = int(sys.argv[6])
 if backend == "mpi":
     distributed.choose_openmpi_allreduce()  # as train.yml's launch does, unless mpirun set any
 group = mx.distributed.init(strict=True, backend=backend)
 if what == "average":  # 16 tensors of that many elements in all (64 MiB of float32 in main)
     grads = {f"layer{i}": mx.ones((int(sys.argv[5]) // 16,)) * (group.rank() + 1)
              for i in range(16)}
-    run = lambda: distributed.average_gradients(grads, group, 32 << 20, dtype)
+    run = lambda: distributed.average_gradients(grads, group, bucket_bytes, dtype)
 else:  # the stock all-reduce of one array (64 MiB of float32 in main), with train's buffer cache
     grads = mx.ones((int(sys.argv[5]),), dtype=dtype)
     run = lambda: mx.distributed.all_sum(grads, group=group)
@@ -78,16 +80,18 @@ def stock(vc, workdir, seconds, tag):
 
 
 def ours(vc, dtype, backend, rounds, what="average", np=3, mpi_args=None, elements=16 << 20,
-         ring_hostfile="mlx-cluster/bench/ring-thunderbolt.json", openmpi="package"):
-    """(fastest, median) of train's average of that many float32 elements on bridge0
-    (what="all_sum": a stock all-reduce of one array of them, in a process set up as train sets
-    itself up): under mpirun with train.yml's flags on the hostfile's first np hosts (mpi_args:
-    its flags after them), or with the ring backend on the first np hosts at once (MLX_RANK,
-    ring_hostfile: bench.yml's ring hostfile, or one of np hosts; openmpi: which OPENMPIS)."""
+         ring_hostfile="mlx-cluster/bench/ring-thunderbolt.json", openmpi="package",
+         bucket_bytes=DEFAULT.grad_bucket_bytes):
+    """(fastest, median) of train's average of that many float32 elements on bridge0 in buckets
+    of bucket_bytes on the wire (what="all_sum": a stock all-reduce of one array of them, in a
+    process set up as train sets itself up): under mpirun with train.yml's flags on the
+    hostfile's first np hosts (mpi_args: its flags after them), or with the ring backend on the
+    first np hosts at once (MLX_RANK, ring_hostfile: bench.yml's ring hostfile, or one of np
+    hosts; openmpi: which OPENMPIS)."""
     for host in vc.hosts:  # each host has its own /tmp: the script goes to every home
         vc.run(host, "cat >average.py", user=host.user, input=AVERAGE)
     script = ["mlx-cluster/venv/bin/python", "average.py", dtype, str(rounds), backend, what,
-              str(elements)]
+              str(elements), str(bucket_bytes)]
     if backend == "mpi":
         mpirun, version, libmpi = OPENMPIS[openmpi]
         argv = mpi.mpirun_argv(mpirun, "mlx-cluster/hostfile", np, version,
@@ -139,7 +143,8 @@ def main():
         "3 virtual hosts (one rank each) on the shared 2-core machine, over bridge0 (veth, "
         + (f"shaped to {args.rate} with tc tbf)." if args.rate else "not shaped)."),
         "Stock: bench.yml's float32 all-reduce of one 64 MiB message, MLX as it comes. Train:",
-        "train.distributed.average_gradients of 16 tensors of 4 MiB in 32 MiB buckets, in a",
+        "train.distributed.average_gradients of 16 tensors of 4 MiB in "
+        f"{DEFAULT.grad_bucket_bytes >> 20} MiB buckets, in a",
         "process set up as train sets itself up (MLX keeps freed buffers for the next step), under",
         "mpirun with train.yml's flags (MLX mpi) or started on every host with bench.yml's ring",
         "hostfile (MLX ring, as `-e backend=ring` does). The last row is the stock all-reduce in",

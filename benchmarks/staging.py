@@ -119,7 +119,7 @@ def report(args, table):
         "Staging includes hashing the input on the controller (once; later launches read only",
         "what changed) before it is sent; the launch host passes each file on to the other hosts",
         "as it arrives (hashed as it is read there and as it is written on each), all on the same",
-        "two cores, then the fan-out's rsyncs find every file in place (a quick check each).",
+        "two cores, then runs an rsync only to a host whose copy did not arrive whole.",
     ]
     write_results(RESULTS, lines)
 

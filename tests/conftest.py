@@ -4,6 +4,7 @@
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 
@@ -50,6 +51,8 @@ def pytest_collection_modifyitems(items):
 # with the slowest tests, what every CI log says about where its time goes and how the groups
 # share the workers.
 BUSY: dict[tuple[str, str], float] = {}
+# The same seconds by group and test file (those of 10 s or more): where a group's time goes.
+BUSY_FILES: dict[tuple[str, str], float] = {}
 
 
 def pytest_runtest_logreport(report):
@@ -58,6 +61,8 @@ def pytest_runtest_logreport(report):
         group = report.nodeid.rpartition("@")[2]  # xdist's suffix, when the test has a group
         group = group if group in SESSION_CLUSTERS.values() else "in-process"
         BUSY[worker, group] = BUSY.get((worker, group), 0.0) + report.duration
+        key = group, report.nodeid.split("::")[0]
+        BUSY_FILES[key] = BUSY_FILES.get(key, 0.0) + report.duration
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -67,6 +72,12 @@ def pytest_terminal_summary(terminalreporter):
             groups = {g: s for (w, g), s in BUSY.items() if w == worker}
             parts = ", ".join(f"{g} {s:.0f}" for g, s in sorted(groups.items()))
             terminalreporter.write_line(f"{worker}: {sum(groups.values()):.0f} ({parts})")
+        for group in sorted({g for g, _ in BUSY_FILES}):
+            files = sorted(((s, f) for (g, f), s in BUSY_FILES.items() if g == group and s >= 10),
+                           reverse=True)
+            if files:
+                terminalreporter.write_line(f"{group}: " + ", ".join(
+                    f"{f.removeprefix('tests/')} {s:.0f}" for s, f in files))
 
 
 @pytest.fixture
@@ -101,9 +112,31 @@ def tiny_llm(tmp_path_factory):
     return write_llm(tmp_path_factory.mktemp("llm"), tmp_path_factory.mktemp("jsonl"))
 
 
-def write_llm(model_dir, data_dir, **config):
+def write_shards(model_dir, weights, shards, layers):
+    """weights in shards files, as write_llm describes them."""
+    import mlx.core as mx
+
+    names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
+
+    def shard(key):
+        if match := re.match(r"model\.layers\.(\d+)\.", key):
+            return int(match[1]) * shards // layers
+        return 0 if key.startswith("model.embed_tokens.") else shards - 1
+
+    for i, name in enumerate(names):
+        mx.save_safetensors(str(model_dir / name),
+                            {k: v for k, v in weights.items() if shard(k) == i})
+    index = {"metadata": {"total_size": sum(v.nbytes for v in weights.values())},
+             "weight_map": {k: names[shard(k)] for k in sorted(weights)}}
+    (model_dir / "model.safetensors.index.json").write_text(json.dumps(index))
+
+
+def write_llm(model_dir, data_dir, shards=1, **config):
     """(model_dir, data_dir) with tiny_llm's model, tokenizer and data; config: the model's
-    settings that differ (e.g. num_hidden_layers), for a bigger one."""
+    settings that differ (e.g. num_hidden_layers), for a bigger one; shards: the number of
+    weight files, as a Hugging Face model of several has them (model-0000k-of-0000n.safetensors
+    and an index): the layers in that many equal runs, the embedding in the first file, the
+    norm and the head in the last."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.models import llama
@@ -129,7 +162,10 @@ def write_llm(model_dir, data_dir, **config):
     mx.random.seed(0)
     model = llama.Model(llama.ModelArgs.from_dict(config))
     weights = dict(tree_flatten(model.parameters()))
-    mx.save_safetensors(str(model_dir / "model.safetensors"), weights)
+    if shards == 1:
+        mx.save_safetensors(str(model_dir / "model.safetensors"), weights)
+    else:
+        write_shards(model_dir, weights, shards, config["num_hidden_layers"])
 
     rng = random.Random(0)
     for name, count in (("train", 64), ("valid", 16)):

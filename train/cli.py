@@ -14,6 +14,7 @@ import yaml
 from . import command, data, mnist, spelling
 from .data import IMAGE_DATASETS
 from .errors import fail
+from .split import layout
 
 BUILT_IN = {"mlp": IMAGE_DATASETS, "cnn": IMAGE_DATASETS, "gpt": ("text",)}
 LORA_DATASETS = ("jsonl",)
@@ -51,7 +52,8 @@ class Settings:
     resume: bool = False
     eval_every: int = 100
     checkpoint_every: int = 100
-    grad_bucket_bytes: int = 32 * 1024**2  # MLX's
+    # MLX's; smaller ones were slower (benchmarks/results/mpi_allreduce-1gbit-buckets-*)
+    grad_bucket_bytes: int = 32 * 1024**2
     grad_dtype: str = "float32"
     parallel: str = "data"
     stages: str | None = None
@@ -192,10 +194,12 @@ def parser():
         "order, each rank holds and trains only its own, for a model bigger than one host "
         "(default: %(default)s)")
     add("--stages", type=layer_counts, metavar="COUNTS", help="--parallel pipeline: layers per "
-        "stage in order, one stage per rank, e.g. 5,3 (default: balanced by parameter bytes)")
+        "stage in order, e.g. 5,3; on more ranks than stages, a multiple of them, the ranks run "
+        "that many replicas of the pipeline, each on its share of the batch (default: one stage "
+        "per rank, balanced by parameter bytes)")
     add("--micro-batches", type=count(1, BATCH_MAX), metavar="M", help="--parallel pipeline: "
-        "the global batch goes through the stages in M parts, which keeps them busy at once "
-        "(default: the number of stages)")
+        "the global batch (each replica's share of it) goes through the stages in M parts, "
+        "which keeps them busy at once (default: the number of stages)")
     add("--schedule", choices=("1f1b", "gpipe"), help="--parallel pipeline: the order of the "
         "micro-batches' forward and backward passes, with the same result: 1f1b (default) one "
         "forward one backward once the pipeline is full, so a stage holds the inputs of at most "
@@ -367,35 +371,43 @@ def check_world(args, world_size):
 
 
 def check_pipeline(args, world_size):
-    """One stage per rank (no data-parallel replicas of a pipeline), a micro-batch for each."""
-    if args.stages is not None and (stages := len(args.stages.split(","))) != world_size:
-        fail(f"argument --stages: {args.stages} is {stages} stage(s) but the run has "
-             f"{world_size} rank(s); a pipeline runs one stage per rank: give {world_size} "
-             "layer counts or start as many ranks as stages")
-    args.micro_batches = args.micro_batches or min(world_size, args.batch_size)
+    """The ranks as replicas of the stages, np = stages x replicas; in each replica's share of
+    the batch, a micro-batch for each."""
+    stages, replicas = layout(args.stages, world_size)
+    if world_size % stages:
+        fail(f"argument --stages: {args.stages} is {stages} stages but the run has {world_size} "
+             f"rank(s), not a multiple: a pipeline runs on stages x replicas ranks; start a "
+             f"multiple of {stages} ranks (e.g. {max(stages, world_size - world_size % stages)}) "
+             f"or give layer counts for a number of stages that divides {world_size}")
+    if args.batch_size < replicas:
+        fail(f"--batch-size {args.batch_size} leaves some of the {replicas} replicas of the "
+             f"pipeline without an example; choose at least {replicas}")
+    share = args.batch_size // replicas  # the smallest replica's
+    args.micro_batches = args.micro_batches or min(stages, share)
     # 1F1B: GPipe's result and bubble, with at most S micro-batches' inputs held instead of M.
     args.schedule = args.schedule or "1f1b"
-    if args.micro_batches > args.batch_size:
-        fail(f"argument --micro-batches: {args.micro_batches} is more than the "
-             f"{args.batch_size} examples of a batch; choose at most {args.batch_size}")
+    if args.micro_batches > share:
+        of = "a batch" if replicas == 1 else f"a replica's share of a batch of {args.batch_size}"
+        fail(f"argument --micro-batches: {args.micro_batches} is more than the {share} examples "
+             f"of {of}; choose at most {share}")
     # A local model is known here, before any host is contacted; a Hugging Face one once
     # fetched (pipeline.load).
     if (config := Path(args.model) / "config.json").exists():
         found = json.loads(config.read_text())
         check_split(args.model, found.get("model_type"), found.get("num_hidden_layers"),
-                    args.stages, world_size)
+                    args.stages, stages)
 
 
-def check_split(model, kind, layers, stages, world_size):
-    """A model of type kind with `layers` layers (None: not known yet) splits into world_size
-    stages (of --stages, if given)."""
+def check_split(model, kind, layers, stages, count):
+    """A model of type kind with `layers` layers (None: not known yet) splits into count stages
+    (of --stages, if given)."""
     if kind not in PIPELINE_MODELS:
         fail(f"--parallel pipeline: {model} is a {kind} model; the pipeline splits "
              f"{', '.join(PIPELINE_MODELS)} models; use --parallel data")
     if not isinstance(layers, int):
         return
-    if layers < world_size:
-        fail(f"--parallel pipeline: {model} has {layers} layers, fewer than the {world_size} "
+    if layers < count:  # only without --stages, whose counts are each >= 1: one stage per rank
+        fail(f"--parallel pipeline: {model} has {layers} layers, fewer than the {count} "
              f"stages (one per rank); start at most {layers} ranks")
     if stages is not None and (total := sum(map(int, stages.split(",")))) != layers:
         fail(f"argument --stages: {stages} adds up to {total} layers; {model} has {layers}")
@@ -404,6 +416,8 @@ def check_split(model, kind, layers, stages, world_size):
 def describe_batch(args, world_size):
     """The global batch and how it is split, in words."""
     if args.parallel == "pipeline":
-        return (f"global batch {args.batch_size} in {args.micro_batches} micro-batches through "
-                f"{world_size} stage(s), {args.schedule} schedule")
+        stages, replicas = layout(args.stages, world_size)
+        over = f" over {replicas} replicas, each" if replicas > 1 else ""
+        return (f"global batch {args.batch_size}{over} in {args.micro_batches} micro-batches "
+                f"through {stages} stage(s), {args.schedule} schedule")
     return data.describe_batch(args.batch_size, world_size)

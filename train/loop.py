@@ -99,12 +99,20 @@ def finished(args, group):
 def restore(args, model, optimizer, group, stage):
     """(the step to start from, the broken checkpoints skipped): rank 0 loads the newest intact
     checkpoint (if resuming) and every rank takes rank 0's step, parameters and optimizer state.
-    A pipeline's stages hold different parameters: each its own checkpoints."""
+    A pipeline's stages hold different parameters: each its own checkpoints, which its replica 0
+    loads and gives to the stage's other replicas."""
     optimizer.learning_rate = args.lr
     if stage is not None:
-        out = checkpoint_out(args, stage)
-        steps = pipeline.common_steps(checkpoint.intact_steps(out), group) if args.resume else None
-        step, skipped = load_newest(args, out, model, optimizer, steps)
+        out, first = checkpoint_out(args, stage), stage.replica == 0
+        steps = (pipeline.common_steps(checkpoint.intact_steps(out) if first else [], stage,
+                                       group) if args.resume else None)
+        step, skipped = load_newest(args, out, model, optimizer, steps) if first else (0, [])
+        restored = pipeline.from_first_replica(stage, {
+            "model": model.trainable_parameters(), "optimizer": optimizer.state,
+            "step": mx.array(step)}, group)
+        model.update(restored["model"])
+        optimizer.state = restored["optimizer"]
+        step = int(restored["step"].item())
         pipeline.check_restored(step, group)
         return step, skipped
     step, skipped = (load_newest(args, args.out, model, optimizer) if group.rank() == 0
@@ -150,9 +158,9 @@ def peak_memory(group):
 
 
 def checkpoint_out(args, stage):
-    """The directory whose checkpoints/ this rank writes: --out, or for a pipeline stage after
-    the first, its own in it (DIR/stage1/checkpoints/...)."""
-    return args.out if stage is None or stage.first else args.out / f"stage{stage.rank}"
+    """The directory whose checkpoints/ this rank writes (rank 0, or replica 0 of a pipeline
+    stage): --out, or for a stage after the first, its own in it (DIR/stage1/checkpoints/...)."""
+    return args.out if stage is None or stage.first else args.out / f"stage{stage.index}"
 
 
 def config(args):
@@ -176,7 +184,8 @@ def run(args, group):
     optimizer = optim.Adam(learning_rate=args.lr)
     optimizer.init(model.trainable_parameters())
     start, skipped = restore(args, model, optimizer, group, stage)
-    checkpoints = rank == 0 or stage is not None  # this rank writes them: a stage its own
+    # This rank writes them: a stage its own, on its replica 0.
+    checkpoints = rank == 0 if stage is None else stage.replica == 0
     if start >= args.steps and finished(args, group):
         if rank == 0:
             report.say(f"{args.out} is already at step {start} of {args.steps}; nothing to do")

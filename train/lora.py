@@ -107,15 +107,27 @@ def read_split(path, tokenizer):
     return Examples(examples)
 
 
-def load(model_name, data_dir, lazy=False):
+def load(model_name, data_dir, lazy=False, partial=False):
     """(model with LoRA layers, trainable = adapters only, train split, valid split); lazy: no
-    weight read until used."""
-    from mlx_lm import load as load_model
+    weight read until used; partial: weight files may be missing (a pipeline stage's host holds
+    only its stages' files), their tensors left as made, never read. mlx_lm.load's steps, with
+    load_model's strict."""
+    from mlx_lm.utils import load_model, load_tokenizer
 
-    model, tokenizer = load_model(str(model_name), lazy=lazy)
+    path = model_path(model_name)
+    model, config = load_model(path, lazy=lazy, strict=not partial)
+    tokenizer = load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
     add_lora(model)
     return model, *(read_split(data_dir / f"{split}.jsonl", tokenizer)
                     for split in ("train", "valid"))
+
+
+def model_path(model_name):
+    """The model's directory: model_name, or a Hugging Face repo's snapshot (fetched if need
+    be), as mlx_lm.load finds it."""
+    from mlx_lm.utils import _download
+
+    return _download(str(model_name))
 
 
 def adapter_config(model):

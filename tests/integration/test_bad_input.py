@@ -128,6 +128,8 @@ ROWS = [
             "unbalanced quote"),
     request({"backend": "ring", "elastic": "true"}, "elastic: only the mpi backend",
             "elastic ring"),
+    request({"parallel": "pipeline", "model": "models/llm", "elastic": "true"},
+            "elastic: a pipeline cannot go on without a host", "elastic pipeline"),
     request({"run_name": "../x"}, "run_name: '../x' is not a plain directory name",
             "run name with a path"),
     request({"time_limit": "1h"}, "time_limit: '1h' is not an integer from 1 to 31536000",

@@ -1,6 +1,6 @@
-"""bench.yml on the session's train_cluster (tests/integration/conftest.py: 3 hosts, one rank
-each) with its Thunderbolt links shaped to 10 Gbit/s and its management links to 1 Gbit/s for the
-test: the saved results show Thunderbolt faster, for iperf3 on every pair and for every all-reduce
+"""bench.yml on the session's train_cluster (tests/integration/conftest.py: 3 hosts, one rank each)
+with its Thunderbolt links shaped to 10 Gbit/s and its management links to 250 Mbit/s for the test:
+the saved results show Thunderbolt faster, for iperf3 on every pair and for every all-reduce
 backend, and recommend it; the gradient in bfloat16 is measured on both networks. The training
 trial trains with train.yml's defaults and each backend's best configuration, and recommended.yml
 is what it measured. train.yml then applies every key of a candidate's settings. After the test the
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.integration.conftest import own_reports
 from tests.integration.test_check import assert_whole
 from tools.playbook import run_playbook
 
@@ -24,9 +25,13 @@ MiB = 1 << 20
 # and the advice over several rounds are tests/unit/test_bench_filters.py's.
 TRIAL_ROUNDS = 1
 RUN = "advised"  # train.yml's run with a candidate's settings
-SHAPE = "bridge0=10gbit,en0=1gbit"
+# Management 40 times slower than Thunderbolt, not 10: the two cores are the ring backend's limit
+# before 10 Gbit/s is, and beside make test's other worker its 4 MiB all-reduce over bridge0 once
+# took as long as over a 1 Gbit/s en0 (80 ms against 76; the floor there is 45 ms).
+SHAPE = "bridge0=10gbit,en0=250mbit"
+MANAGEMENT_GBPS = 0.25
 # A short sweep: the machine has two cores. Two sizes, the largest the one compared: 4 MiB is
-# ~34 ms on a 1 Gbit/s link.
+# ~180 ms on a 250 Mbit/s link.
 BENCH_VARS = {"bench_min_bytes": 65536, "bench_max_bytes": 4 * MiB, "bench_size_factor": 64,
               "bench_seconds_per_size": 0.2, "bench_iperf3_seconds": 1, "bench_timeout": 300,
               "bench_trial_width": 512, "bench_trial_steps": 5, "bench_trial_rounds": TRIAL_ROUNDS}
@@ -45,7 +50,8 @@ def shaped_cluster(train_cluster):
 
 def test_bench_shows_thunderbolt_faster_than_management(shaped_cluster, tmp_path):
     vc = shaped_cluster
-    run = run_playbook("bench.yml", vc.inventory, tmp_path / "bench", extravars=BENCH_VARS)
+    run = run_playbook("bench.yml", vc.inventory, tmp_path / "bench",
+                       extravars={**BENCH_VARS, **own_reports(tmp_path)})
     assert run.status == "successful", run.stdout[-6000:]
     run_dir = run.facts_set_by("Collect the results of the launch host")["bench_run_dir"]
     results = json.loads(Path(run_dir, "results.json").read_text())
@@ -55,7 +61,8 @@ def test_bench_shows_thunderbolt_faster_than_management(shaped_cluster, tmp_path
             for net in ("thunderbolt", "management")}
     assert len(gbps["thunderbolt"]) == len(gbps["management"]) == 3, iperf  # every pair of 3 hosts
     assert min(gbps["thunderbolt"]) > 3 * max(gbps["management"]), iperf
-    assert all(0.5 < v < 1.1 for v in gbps["management"]), iperf  # the 1 Gbit/s shaping holds
+    # The management shaping holds.
+    assert all(0.5 < v / MANAGEMENT_GBPS < 1.1 for v in gbps["management"]), iperf
 
     runs = {(r["backend"], r["links"], r["dtype"], r["network"]): r for r in results["allreduce"]}
     assert [r for r in runs.values() if r.get("error")] == []
@@ -72,8 +79,8 @@ def test_bench_shows_thunderbolt_faster_than_management(shaped_cluster, tmp_path
     assert results["recommendation"]["network"] == "thunderbolt"
     table = Path(run_dir, "results.md").read_text()
     assert "| thunderbolt |" in table and "network: **thunderbolt**" in table
-    # Against the wire: no all-reduce over the 1 Gbit/s links beats its floor at iperf3's rate
-    # by more than iperf3 may read low (above 0.5 Gbit/s, as held above; tbf's bucket, 4 ms).
+    # Against the wire: no all-reduce over the management links beats its floor at iperf3's rate
+    # by more than iperf3 may read low (above half the shaped rate, as held above; tbf's bucket).
     ratios = [float(line.rsplit("|", 2)[-2].strip().rstrip("x")) for line in table.splitlines()
               if "@ management" in line and "| 4 MiB |" in line]
     assert len(ratios) == 6 and min(ratios) > 0.45, table

@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from tests.integration.conftest import own_reports
 from tools.playbook import run_playbook
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -37,7 +38,7 @@ def cables_cluster(cable_ring):
 
 def run_check(vc, tmp_path, name, **extravars):
     run = run_playbook("check.yml", vc.inventory, tmp_path / name,
-                       extravars={**CHECK_VARS, **extravars})
+                       extravars={**CHECK_VARS, **own_reports(tmp_path), **extravars})
     collected = run.facts_set_by("Collect the rows of every host")
     return run, collected["doctor_all_rows"], Path(collected["doctor_run_dir"])
 
@@ -231,7 +232,8 @@ BENCH_VARS = {"bench_min_bytes": 65536, "bench_max_bytes": 1 << 20, "bench_size_
 
 def test_bench_compares_the_cables_with_the_management_network(cables_cluster, tmp_path):
     vc = cables_cluster
-    run = run_playbook("bench.yml", vc.inventory, tmp_path / "bench", extravars=BENCH_VARS)
+    run = run_playbook("bench.yml", vc.inventory, tmp_path / "bench",
+                       extravars={**BENCH_VARS, **own_reports(tmp_path)})
     assert run.status == "successful", run.stdout[-6000:]
     run_dir = run.facts_set_by("Collect the results of the launch host")["bench_run_dir"]
     results = json.loads(Path(run_dir, "results.json").read_text())

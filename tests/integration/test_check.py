@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import own_reports
 from tests.integration.test_train_playbook import job_processes, vc_pids
 from tools.playbook import ROOT, run_playbook
 from tools.vcluster import sh
@@ -67,7 +68,8 @@ def installed_loop_py(vc, host):
 
 
 def run_check(vc, tmp_path, name):
-    run = run_playbook("check.yml", vc.inventory, tmp_path / name, extravars=CHECK_VARS)
+    run = run_playbook("check.yml", vc.inventory, tmp_path / name,
+                       extravars={**CHECK_VARS, **own_reports(tmp_path)})
     [collected] = [
         e["event_data"]["res"]["ansible_facts"]
         for e in run.events
@@ -226,7 +228,8 @@ def test_hung_mpirun_becomes_a_failed_row_at_its_bound(cluster, tmp_path):
         undo.callback(kill_stuck_daemons, cluster, c)
 
         run = run_playbook("check.yml", cluster.inventory, tmp_path / "hang",
-                           extravars={**CHECK_VARS, "doctor_mpi_timeout": HUNG_BOUND})
+                           extravars={**CHECK_VARS, **own_reports(tmp_path),
+                                      "doctor_mpi_timeout": HUNG_BOUND})
         rows = [r for e in run.events if e.get("event") == "runner_on_ok"
                 and e["event_data"].get("task") == "Collect the rows of every host"
                 for r in e["event_data"]["res"]["ansible_facts"]["doctor_all_rows"]]

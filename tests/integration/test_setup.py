@@ -1,6 +1,6 @@
 """setup.yml driven through ansible-runner: check mode, the fresh install from the wheelhouse,
 idempotence, a sudo password (-K), on the session's fresh_install (tests/integration/conftest.py:
-3 hosts, a login of its own on each, set up from nothing). Bad inventories: test_bad_input.py."""
+4 hosts, a login of its own on each, set up from nothing). Bad inventories: test_bad_input.py."""
 
 import textwrap
 

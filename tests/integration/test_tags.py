@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import own_reports
 from tools.playbook import run_playbook
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -35,7 +36,8 @@ def test_setup_tags_ssh_mesh_runs_only_the_ssh_mesh_role(train_cluster, tmp_path
 
 def test_check_tags_ssh_reports_only_the_ssh_rows(train_cluster, tmp_path):
     vc = train_cluster
-    run = run_playbook("check.yml", vc.inventory, tmp_path / "ssh", cmdline="--tags ssh")
+    run = run_playbook("check.yml", vc.inventory, tmp_path / "ssh", cmdline="--tags ssh",
+                       extravars=own_reports(tmp_path))
 
     assert run.status == "successful", run.stdout[-6000:]
     [collected] = [e["event_data"]["res"]["ansible_facts"] for e in run.events

@@ -237,11 +237,24 @@ def test_pipeline_options_are_checked_before_any_rank_starts(capsys, tiny_llm):
                                                                                  "1f1b")
     assert cli.describe_batch(args, 2) == ("global batch 4 in 2 micro-batches through 2 "
                                            "stage(s), 1f1b schedule")
+    # On a multiple of the stages' ranks, replicas of the pipeline, a micro-batch per stage each.
+    args = cli.parse([*lora, "--stages", "1,1", "--batch-size", "6"])
+    cli.check_world(args, 6)
+    assert (cli.layout(args.stages, 6), args.micro_batches) == ((2, 3), 2)
+    assert cli.describe_batch(args, 6) == ("global batch 6 over 3 replicas, each in 2 "
+                                           "micro-batches through 2 stage(s), 1f1b schedule")
     for argv, world, error in (
-            (["--stages", "1,1"], 3, "argument --stages: 1,1 is 2 stage(s) but the run has 3 "
-             "rank(s); a pipeline runs one stage per rank"),
+            (["--stages", "1,1"], 3, "argument --stages: 1,1 is 2 stages but the run has 3 "
+             "rank(s), not a multiple: a pipeline runs on stages x replicas ranks; start a "
+             "multiple of 2 ranks (e.g. 2) or give layer counts for a number of stages that "
+             "divides 3"),
             (["--batch-size", "8", "--micro-batches", "9"], 2, "argument --micro-batches: 9 is "
              "more than the 8 examples of a batch; choose at most 8"),
+            (["--stages", "1,1", "--batch-size", "7", "--micro-batches", "4"], 4, "argument "
+             "--micro-batches: 4 is more than the 3 examples of a replica's share of a batch of "
+             "7; choose at most 3"),
+            (["--stages", "1,1", "--batch-size", "2"], 6, "--batch-size 2 leaves some of the 3 "
+             "replicas of the pipeline without an example; choose at least 3"),
             # tiny_llm's config.json says 2 layers: known before any rank starts
             ([], 3, f"{tiny_llm[0]} has 2 layers, fewer than the 3 stages (one per rank); start "
              "at most 2 ranks"),

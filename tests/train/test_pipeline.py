@@ -17,7 +17,8 @@ import pytest
 from mlx.utils import tree_flatten
 from mlx_lm.utils import MODEL_REMAPPING
 
-from train import cli, lora, pipeline
+from tests.conftest import write_llm, write_shards
+from train import cli, lora, pipeline, split
 
 from .conftest import ROOT, metrics, mpirun_cmd, needs_mpirun, run, summary, train_cmd
 
@@ -66,6 +67,18 @@ def losses(out):
     return [r["loss"] if r["kind"] == "train" else r["eval_loss"] for r in metrics(out)]
 
 
+def assert_trains_like(out, one_process):
+    """out's losses and adapters are one process's. Float32; the micro-batches' gradients are
+    summed in another order than one batch's: the losses agree to 5e-5 relative (measured: 7e-6)
+    and the adapters, moved by up to 9e-2 in six Adam steps of 3e-3, to 1e-4 (measured: 3e-5)."""
+    np.testing.assert_allclose(losses(out), losses(one_process), rtol=5e-5)
+    single = arrays(one_process / "adapters" / "adapters.safetensors")
+    piped = arrays(out / "adapters" / "adapters.safetensors")
+    assert piped.keys() == single.keys()
+    for key in single:
+        np.testing.assert_allclose(piped[key], single[key], rtol=0, atol=1e-4, err_msg=key)
+
+
 def pipeline_run(llm, outs, *flags):
     """Each rank a stage, with its own --out (MPMD), so that each stage's files show where they
     were written; mpirun's result."""
@@ -102,15 +115,8 @@ def test_the_stages_train_what_one_process_trains(request, deep_llm, one_process
     assert summary(outs[0])["world_size"] == len(split)
     assert len(summary(outs[0])["peak_memory_bytes"]) == len(split)  # by rank
 
-    # Float32; the micro-batches' gradients are summed in another order than one batch's: the
-    # losses agree to 5e-5 relative (measured: 7e-6) and the adapters, moved by up to 9e-2 in
-    # six Adam steps of 3e-3, to 1e-4 (measured: 3e-5).
-    np.testing.assert_allclose(losses(outs[0]), losses(one_process), rtol=5e-5)
+    assert_trains_like(outs[0], one_process)
     single = arrays(one_process / "adapters" / "adapters.safetensors")
-    piped = arrays(outs[0] / "adapters" / "adapters.safetensors")
-    assert piped.keys() == single.keys()
-    for key in single:
-        np.testing.assert_allclose(piped[key], single[key], rtol=0, atol=1e-4, err_msg=key)
     assert max(np.abs(v).max() for k, v in single.items() if k.endswith("lora_b")) > 1e-2
     assert (json.loads((outs[0] / "adapters" / "adapter_config.json").read_text())
             == json.loads((one_process / "adapters" / "adapter_config.json").read_text()))
@@ -136,8 +142,9 @@ def test_the_stages_train_what_one_process_trains(request, deep_llm, one_process
     tuned, _ = load(str(model_dir), adapter_path=str(outs[0] / "adapters"))
     loaded = {k: np.array(v) for k, v in tree_flatten(tuned.parameters())
               if k.endswith(("lora_a", "lora_b"))}
-    assert loaded.keys() == piped.keys()
-    assert all(np.array_equal(loaded[k], piped[k]) for k in piped)
+    saved = arrays(outs[0] / "adapters" / "adapters.safetensors")
+    assert loaded.keys() == saved.keys()
+    assert all(np.array_equal(loaded[k], saved[k]) for k in saved)
 
 
 @pytest.mark.slow
@@ -268,6 +275,59 @@ def test_the_stages_compute_the_models_logits(kind, tied, bits):
     assert mx.array_equal(h, model()(tokens)).item()
 
 
+@pytest.mark.parametrize("tied", [True, False], ids=["tied", "own-head"])
+def test_a_quantized_stage_loads_from_its_own_weight_files_alone(tmp_path, deep_llm, tied):
+    """A 4-bit model in 3 weight files, each stage's host holding only the files its stage reads
+    (as train.yml stages it): each stage loads there (mlx-lm quantizes the layers whose scales it
+    finds, the others are never read) and computes what that stage of the whole model does."""
+    from mlx_lm.models import llama
+
+    whole = tmp_path / "whole"
+    shutil.copytree(deep_llm[0], whole)
+    (whole / "model.safetensors").unlink()
+    config = {**json.loads((whole / "config.json").read_text()), "tie_word_embeddings": tied}
+    mx.random.seed(2)
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    nn.quantize(model, group_size=32, bits=4)
+    write_shards(whole, dict(tree_flatten(model.parameters())), 3, LAYERS)
+    config["quantization"] = {"group_size": 32, "bits": 4}
+    (whole / "config.json").write_text(json.dumps(config))
+    files = split.tensors(whole)
+    counts = split.counts(files, None, 3)
+
+    def stage(model_dir, rank):
+        mx.random.seed(0)  # the same adapters: LoRA's B starts at zero, A drawn in layer order
+        return pipeline.Stage(lora.load(model_dir, deep_llm[1], lazy=True, partial=True)[0],
+                              counts, rank)
+
+    h, held = mx.array([[1, 2, 3, 4, 5, 6]]), []
+    for rank in range(3):
+        host = tmp_path / f"host{rank}"
+        shutil.copytree(whole, host)
+        for name in set(files) - split.stage_files(files, counts, rank):
+            (host / name).unlink()
+        held.append(len(list(host.glob("*.safetensors"))))
+        assert not split.lacking(host, counts, rank)
+        out = stage(host, rank)(h)
+        expected = stage(whole, rank)(h)
+        assert mx.array_equal(out, expected).item(), rank
+        h = expected
+    assert min(held) < 3, held  # a stage's host held but part of the model
+
+
+def test_a_stage_whose_host_lacks_a_weight_file_it_reads_is_refused(tmp_path):
+    """A model staged for another split (its host sent only another stage's files): the stage
+    says which file it lacks and what to do, instead of training on weights left as made."""
+    model, data = write_llm(tmp_path / "m", tmp_path / "data", shards=3, num_hidden_layers=6)
+    (model / "model-00002-of-00003.safetensors").unlink()
+    result = run(train_cmd("--model", model, "--data", data, "--parallel", "pipeline",
+                           "--steps", 1, "--out", tmp_path / "run"), check=False)
+    assert result.returncode == 2, result.stderr
+    assert (f"train: error: --parallel pipeline: {model} lacks model-00002-of-00003.safetensors, "
+            "which stage 0 of 6 reads") in result.stderr, result.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
 def test_a_model_of_another_structure_is_refused(tmp_path, deep_llm):
     """Gemma scales the embedding and masks some layers to a window: not the stages' forward."""
     from mlx_lm.models import gemma3_text
@@ -323,8 +383,28 @@ def test_a_stop_checkpoints_every_stage_at_one_step(tmp_path, deep_llm):
 def test_stages_are_balanced_by_parameter_bytes():
     """Cuts nearest to equal shares, the embedding's bytes on the first stage and the head's on
     the last, at least one layer each."""
-    assert pipeline.balanced([1] * 8, 0, 0, 3) == [3, 2, 3]
-    assert pipeline.balanced([1] * 8, 4, 0, 2) == [2, 6]  # a heavy embedding: fewer layers
-    assert pipeline.balanced([1] * 8, 0, 4, 2) == [6, 2]
-    assert pipeline.balanced([1] * 4, 100, 0, 4) == [1, 1, 1, 1]
-    assert pipeline.balanced([1, 1, 6, 1, 1], 0, 0, 2) == [2, 3]
+    assert split.balanced([1] * 8, 0, 0, 3) == [3, 2, 3]
+    assert split.balanced([1] * 8, 4, 0, 2) == [2, 6]  # a heavy embedding: fewer layers
+    assert split.balanced([1] * 8, 0, 4, 2) == [6, 2]
+    assert split.balanced([1] * 4, 100, 0, 4) == [1, 1, 1, 1]
+    assert split.balanced([1, 1, 6, 1, 1], 0, 0, 2) == [2, 3]
+
+
+@pytest.mark.slow
+def test_replicas_of_the_stages_train_what_one_process_trains(tmp_path, deep_llm, one_process):
+    """Half the run as 2 stages, resumed as 2 stages x 2 replicas (rank 2r + k stage k of replica
+    r), each rank with its own --out: each replica takes half of every batch and each stage's
+    gradients are summed over its replicas, which gives one process's result; replica 0 of each
+    stage loads its checkpoint and gives it to replica 1, which has none."""
+    outs = [tmp_path / f"rank{r}" for r in range(4)]
+    pipeline_run(deep_llm, outs[:2], *TWO_STAGES, "--steps", "3")
+    resumed = pipeline_run(deep_llm, outs, *TWO_STAGES, "--resume")
+    assert ("global batch 8 over 2 replicas, each in 4 micro-batches through 2 stage(s)"
+            in resumed.stdout)
+    assert resumed.stdout.count("(step 3)") == 2, resumed.stdout  # replica 0 of each stage
+    assert summary(outs[0])["world_size"] == 4
+    assert_trains_like(outs[0], one_process)
+    # Replica 0 (ranks 0 and 1) checkpoints each stage; replica 1 writes nothing.
+    assert (outs[1] / "stage1" / "checkpoints" / "step_00000006").is_dir()
+    assert [p.name for p in outs[1].iterdir()] == ["stage1"]
+    assert not outs[2].exists() and not outs[3].exists()

@@ -588,6 +588,27 @@ def test_stop_of_a_job_whose_keeper_and_supervisor_died_is_graceful(jobs):
         "MLX_CLUSTER_MESSAGE": f"{job.name}: lost (its supervisor is gone) at step {step}/100000"}]
 
 
+def test_a_lost_job_says_what_its_launcher_said_of_the_failed_rank(jobs):
+    """The kernel's OOM killer, freeing a killed rank's memory too slowly, went on to kill the
+    keeper and the supervisor (seen in a capped cluster test): the launcher, which outlived them,
+    reported the rank, and status still tells it."""
+    job = jobs("oom")
+    (job.dir / "command.sh").write_text(
+        "sleep 3; echo 'mpirun noticed that process rank 1 with PID 0 on node h1 exited on "
+        "signal 9 (Killed).'; exit 137\n")
+    job.start("--max-restarts", 0)
+    before = job.wait(lambda j: j["launcher_pid"] is not None, 10)
+    for pid in (job.pid, before["supervisor_pid"]):
+        os.kill(pid, signal.SIGKILL)
+    [row] = json.loads(supervisor("status", "--runs-dir", job.dir.parent, "--json").stdout)
+    assert (row["state"], row["reason"]) == ("lost", "its supervisor is gone"), row
+    job.wait(lambda j: not alive(j["launcher_pid"]), 10)
+    [row] = json.loads(supervisor("status", "--runs-dir", job.dir.parent, "--json").stdout)
+    assert (row["state"], row["reason"]) == ("lost", "its supervisor is gone; the launcher said: "
+                                             "rank 1 on h1: killed by signal 9"
+                                             + supervisor_module.KILLED_HINT), row
+
+
 def test_a_stale_job_from_before_a_reboot_is_lost_and_blocks_nothing(jobs):
     """job.json naming live processes that are not the job's: a reboot recycled the pids."""
     stale, after = jobs("stale"), jobs("after")

@@ -181,9 +181,38 @@ def test_a_copy_that_differs_after_its_transfer_is_named_with_its_host():
     assert staging.staging_record_errors({"models/m": EXPECTED}, {"models/m": EXPECTED}, "h2") == []
 
 
+def test_a_pipeline_host_is_judged_and_sent_without_the_weight_files_its_stages_do_not_read(
+        tmp_path):
+    skipped = {"models/m": ["weights.bin"]}
+    recorded = {"config.json": EXPECTED["config.json"]}
+    config = {"config.json": EXPECTED["config.json"][:2]}
+    assert staging.staging_stale({"models/m": EXPECTED}, report(config, recorded), skipped) == {}
+    assert staging.staging_stale({"models/m": EXPECTED}, report(config, recorded)) == {
+        "models/m": ["weights.bin missing"]}
+    # An older copy of it (a run whose stages read it): neither stale nor removed.
+    older = report({**config, "weights.bin": [10, 5]}, recorded)
+    assert staging.staging_stale({"models/m": EXPECTED}, older, skipped) == {}
+    assert staging.staging_record_errors({"models/m": recorded}, {"models/m": EXPECTED}, "h2",
+                                         skipped) == []
+    source, copy = tmp_path / "m", tmp_path / "copy"
+    source.mkdir()
+    copy.mkdir()
+    for name in ("config.json", "weights.bin", "other.bin"):
+        (source / name).write_text(name)
+    (copy / "weights.bin").write_text("older")
+    subprocess.run(staging.staging_rsync_argv(str(source), str(copy), True, "ssh", (),
+                                              ["weights.bin", "other.bin"]), check=True)
+    assert {p.name: p.read_text() for p in copy.iterdir()} == {
+        "config.json": "config.json", "weights.bin": "older"}
+
+
 HOSTS = [{"name": n, "mpi_address": f"198.19.0.{i}"} for i, n in enumerate(["h1", "h2", "h3"], 1)]
 STAGED = [{"rel": "models/m", "src": "/ctrl/m/", "dir": True},
           {"rel": "data/c.txt", "src": "/ctrl/c.txt", "dir": False}]
+
+
+# A host that is sent every file of its inputs (launch_plan.skipped: none).
+WHOLE = {"launch_plan": {"skipped": {}}}
 
 
 def info(name, home=None):
@@ -194,19 +223,32 @@ def info(name, home=None):
 
 def test_the_launch_host_sends_each_other_host_only_what_it_lacks_to_its_mpi_address():
     ranked = [{"inventory_hostname": "h1", "cluster_host_info": info("h1"),
-               "launch_stale": {"models/m": ["not there"]}},
+               **WHOLE, "launch_stale": {"models/m": ["not there"]}},
               {"inventory_hostname": "h2", "cluster_host_info": info("h2", "/Users/Jane Doe"),
+               **WHOLE,
                "launch_stale": {"models/m": ["not there"], "data/c.txt": ["c.txt missing"]}},
-              {"inventory_hostname": "h3", "cluster_host_info": info("h3"), "launch_stale": {}}]
+              {"inventory_hostname": "h3", "cluster_host_info": info("h3"), **WHOLE,
+               "launch_stale": {}}]
     commands = staging.staging_fanout_commands(STAGED, ranked, HOSTS, "h1")
     flags = ["rsync", "-r", "-t", "-L", "--delete", "--timeout=60", "--partial",
              "-e", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes"]
     assert commands == [
         {"item": {"host": "h2", "rel": "models/m", "from": "h1"},
-         "argv": [*flags, "models/m/", "198.19.0.2:mlx-cluster/models/m/"]},
+         "argv": [*flags, "models/m/", "198.19.0.2:mlx-cluster/models/m/"], "whole": True},
         {"item": {"host": "h2", "rel": "data/c.txt", "from": "h1"},
-         "argv": [*flags, "data/c.txt", "198.19.0.2:mlx-cluster/data/c.txt"]},
-    ]  # in the launch host's work dir (staging.py fanout)
+         "argv": [*flags, "data/c.txt", "198.19.0.2:mlx-cluster/data/c.txt"], "whole": True},
+    ]  # in the launch host's work dir (staging.py relay)
+    # A pipeline's host is sent no weight file its stages do not read.
+    ranked[1]["launch_plan"] = {"skipped": {"models/m": ["w-1.safetensors"]}}
+    assert staging.staging_fanout_commands(STAGED, ranked, HOSTS, "h1")[0]["argv"] == [
+        *flags[:-2], "--exclude=/w-1.safetensors", *flags[-2:], "models/m/",
+        "198.19.0.2:mlx-cluster/models/m/"]
+    ranked[1] |= WHOLE
+    # A file there the controller lacks: only rsync --delete makes that copy the controller's.
+    ranked[1]["launch_stale"]["models/m"] = ["old.bin not on the controller"]
+    assert [c["whole"] for c in staging.staging_fanout_commands(STAGED, ranked, HOSTS, "h1")] == [
+        False, True]
+    ranked[1]["launch_stale"]["models/m"] = ["not there"]
     closed = "rsync: connection unexpectedly closed"
     results = [{"item": commands[0]["item"], "rc": 0, "stderr": ""},
                {"item": commands[1]["item"], "rc": 12, "stderr": closed + "\n"}]
@@ -221,41 +263,50 @@ def test_the_launch_host_sends_each_other_host_only_what_it_lacks_to_its_mpi_add
 
 
 def test_the_launch_host_runs_its_transfers_at_once_in_its_work_dir(tmp_path):
+    """With nothing to pass on (the launch host lacks nothing), the relay runs the rsyncs."""
     work = tmp_path / "mlx-cluster"
     (work / "data").mkdir(parents=True)
     (work / "data" / "c.txt").write_bytes(os.urandom(1000))
     copy = tmp_path / "h2" / "c.txt"
     copy.parent.mkdir()
     commands = [{"item": {"host": "h2", "rel": "data/c.txt", "from": "h1"},
-                 "argv": staging.staging_rsync_argv("data/c.txt", str(copy), False, "ssh")},
+                 "argv": staging.staging_rsync_argv("data/c.txt", str(copy), False, "ssh"),
+                 "whole": True},
                 {"item": {"host": "h3", "rel": "data/c.txt", "from": "h1"},
-                 "argv": ["sh", "-c", "echo no route >&2; exit 12"]}]
-    local = {"inventory_hostname": "h1", "ansible_connection": "local",
+                 "argv": ["sh", "-c", "echo no route >&2; exit 12"], "whole": True}]
+    local = {"inventory_hostname": "h1", "ansible_connection": "local", **WHOLE, "launch_stale": {},
              "cluster_host_info": {**info("h1", str(tmp_path)),
                                    "python_env": os.path.dirname(os.path.dirname(sys.executable))}}
-    argv = staging.staging_fanout_argv(commands, local, SCRIPT.read_text())
-    results, _ = transfer._fan_out(argv)
+    argv = staging.staging_relay_argv(STAGED, [local], HOSTS, local, {}, commands,
+                                      SCRIPT.read_text())
+    with transfer._relaying(argv, "h1") as finish:
+        results = finish()
     assert [(r["item"]["host"], r["rc"], r["stderr"]) for r in results] == [
         ("h2", 0, ""), ("h3", 12, "no route")]
     assert copy.read_bytes() == (work / "data" / "c.txt").read_bytes()
-    assert staging.staging_fanout_argv([], local, "") == []
+    assert staging.staging_relay_argv(STAGED, [local], HOSTS, local, {}, [], "") == []
+    with pytest.raises(transfer.AnsibleActionFail, match="did not run: .*No such file"), \
+            transfer._relaying([sys.executable, "/nowhere/staging.py"], "h1") as finish:
+        finish()
 
 
 def test_the_launch_hosts_transfers_end_when_the_controller_goes_away(tmp_path):
     """Its stdin closed (the controller's ssh gone) while a transfer runs: the transfer's whole
     process group (rsync and its ssh) is killed at once."""
     child = tmp_path / "child.pid"
-    commands = [{"item": "slow", "argv": ["sh", "-c", f"sleep 60 & echo $! > {child}; wait"]}]
-    fanout = subprocess.Popen([sys.executable, str(SCRIPT), "fanout", str(tmp_path),
-                               json.dumps(commands)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    commands = [{"item": {"host": "h2", "rel": "data/c.txt", "from": "h1"},
+                 "argv": ["sh", "-c", f"sleep 60 & echo $! > {child}; wait"], "whole": True}]
+    spec = {"script": "", "manifests": {}, "paths": {}, "hosts": [], "commands": commands}
+    relay = subprocess.Popen([sys.executable, str(SCRIPT), "relay", str(tmp_path),
+                              json.dumps(spec)], stdin=subprocess.PIPE)
+    relay.stdin.write(b"done\n")
+    relay.stdin.flush()
     deadline = time.monotonic() + 10
     while not child.exists() or not child.read_text().strip():
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    fanout.stdin.close()
-    assert fanout.wait(timeout=10) == 0
-    assert [(r["item"], r["rc"]) for r in json.loads(fanout.stdout.read())] == [("slow", -15)]
+    relay.stdin.close()
+    assert relay.wait(timeout=10) != 0
     sleeper = int(child.read_text())
     while running(sleeper):
         assert time.monotonic() < deadline, f"sleep {sleeper} outlived its transfer"
@@ -264,27 +315,35 @@ def test_the_launch_hosts_transfers_end_when_the_controller_goes_away(tmp_path):
 
 def test_the_launch_host_relays_each_input_it_lacks_to_the_hosts_that_lack_it_too():
     ranked = [{"inventory_hostname": "h1", "cluster_host_info": info("h1"),
-               "launch_stale": {"models/m": ["not there"], "data/c.txt": ["not there"]}},
+               **WHOLE, "launch_stale": {"models/m": ["not there"], "data/c.txt": ["not there"]}},
               {"inventory_hostname": "h2", "cluster_host_info": info("h2"),
-               "launch_stale": {"models/m": ["not there"]}},
-              {"inventory_hostname": "h3", "cluster_host_info": info("h3"), "launch_stale": {}}]
+               **WHOLE, "launch_stale": {"models/m": ["not there"]}},
+              {"inventory_hostname": "h3", "cluster_host_info": info("h3"), **WHOLE,
+               "launch_stale": {}}]
     manifests = {"models/m": {"w.bin": [3, 7, "ab"], "sub/x": [1, 7, "cd"]},
                  "data/c.txt": {"c.txt": [2, 7, "ef"]}}
     ends = [{"peer": "h2", "peer_address": "198.18.4.6"}]
-    argv = staging.staging_relay_argv(STAGED, ranked, HOSTS, ranked[0], manifests, "S", ends)
+    commands = staging.staging_fanout_commands(STAGED, ranked, HOSTS, "h1", ends)
+    argv = staging.staging_relay_argv(STAGED, ranked, HOSTS, ranked[0], manifests, commands, "S",
+                                      ends)
     assert argv[-1].startswith("/home/h1/mlx-cluster/venv/bin/python -c S relay ")
     spec = json.loads(shlex.split(argv[-1])[-1])
-    assert spec == {
+    assert spec == {"commands": commands,
         "script": "S", "manifests": manifests,
         "paths": {"models/m": {"w.bin": "models/m/w.bin", "sub/x": "models/m/sub/x"},
                   "data/c.txt": {"c.txt": "data/c.txt"}},
         "hosts": [{"host": "h2", "argv": ["ssh", "-o", "BatchMode=yes", "-o",
                                           "StrictHostKeyChecking=yes", "198.18.4.6"],
                    "python": "/home/h2/mlx-cluster/venv/bin/python",
-                   "work_dir": "/home/h2/mlx-cluster", "rels": ["models/m"]}]}
+                   "work_dir": "/home/h2/mlx-cluster", "rels": ["models/m"], "skipped": {}}]}
+    # A file there with the controller's size and mtime, unverified: rsync -c checks it in place.
+    ranked[0]["launch_stale"]["models/m"] = ["w.bin not verified"]
+    argv = staging.staging_relay_argv(STAGED, ranked, HOSTS, ranked[0], manifests, commands, "S")
+    assert json.loads(shlex.split(argv[-1])[-1])["paths"]["models/m"] == {
+        "sub/x": "models/m/sub/x"}
     # Nothing to pass on: the others lack nothing the launch host receives.
-    ranked[1]["launch_stale"] = {"data/other.txt": ["not there"]}
-    assert staging.staging_relay_argv(STAGED, ranked, HOSTS, ranked[0], manifests, "S") == []
+    ranked[1]["launch_stale"] = {}
+    assert staging.staging_relay_argv(STAGED, ranked, HOSTS, ranked[0], manifests, [], "S") == []
 
 
 def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept(tmp_path,
@@ -293,17 +352,32 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
     passes it on; a receiving host keeps a file, private, with the controller's mtime and recorded
     (record reads it no more), only when its sha256 is the controller's; the launch host records
     what it read whole with the controller's sha256."""
-    launch, other = tmp_path / "h1", tmp_path / "h2"
+    launch, other, partial = tmp_path / "h1", tmp_path / "h2", tmp_path / "h3"
     (launch / "models" / "m").mkdir(parents=True)
     (other / "models").mkdir(parents=True)
     good, bad = os.urandom(3 * script.CHUNK + 5), os.urandom(1000)
     digest = hashlib.sha256(good).hexdigest()
+    (launch / "data").mkdir()
+    small = b"{}"  # put in place before the relay saw its temporary
+    (launch / "data" / "c.txt").write_bytes(small)
+    os.utime(launch / "data" / "c.txt", (1700000000, 1700000000))
     manifests = {"models/m": {"w.bin": [len(good), 1700000000, digest],
-                              "x.bin": [len(bad), 1700000000, "0" * 64]}}
+                              "x.bin": [len(bad), 1700000000, "0" * 64]},
+                 "data/c.txt": {"c.txt": [2, 1700000000, hashlib.sha256(small).hexdigest()]}}
+    # The rsyncs after it: h2's of models/m (x.bin did not arrive whole), not of data/c.txt;
+    # none to h3, a pipeline's host not sent x.bin (its stages do not read it).
+    commands = [{"item": {"host": host, "rel": rel, "from": "h1"},
+                 "argv": ["echo", f"{host} {rel}"], "whole": True}
+                for host, rel in (("h2", "models/m"), ("h2", "data/c.txt"), ("h3", "models/m"))]
     spec = {"script": SCRIPT.read_text(), "manifests": manifests,
-            "paths": {"models/m": {"w.bin": "models/m/w.bin", "x.bin": "models/m/x.bin"}},
+            "paths": {"models/m": {"w.bin": "models/m/w.bin", "x.bin": "models/m/x.bin"},
+                      "data/c.txt": {"c.txt": "data/c.txt"}},
             "hosts": [{"host": "h2", "argv": ["sh", "-c"], "python": sys.executable,
-                       "work_dir": str(other), "rels": ["models/m"]}]}
+                       "work_dir": str(other), "rels": ["models/m", "data/c.txt"], "skipped": {}},
+                      {"host": "h3", "argv": ["sh", "-c"], "python": sys.executable,
+                       "work_dir": str(partial), "rels": ["models/m"],
+                       "skipped": {"models/m": ["x.bin"]}}],
+            "commands": commands}
     relay = subprocess.Popen([sys.executable, str(SCRIPT), "relay", str(launch), json.dumps(spec)],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     for name, data in (("w.bin", good), ("x.bin", bad)):  # as rsync writes them
@@ -318,6 +392,9 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
     relay.stdin.write(b"done\n")
     relay.stdin.flush()
     assert relay.wait(timeout=20) == 0
+    assert [r["stdout"] for r in json.loads(relay.stdout.read())] == ["h2 models/m"]
+    assert sorted(os.listdir(partial / "models" / "m")) == ["w.bin"]
+    assert (other / "data" / "c.txt").read_bytes() == small
     copy = other / "models" / "m"
     assert sorted(os.listdir(copy)) == ["w.bin"]  # x.bin, not the controller's, for rsync
     assert (copy / "w.bin").read_bytes() == good
@@ -331,6 +408,15 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
     assert json.loads((launch / "models" / ".m.manifest.json").read_text()) == recorded
     assert script.record(str(launch), ["models/m"])["models/m"]["w.bin"] == recorded["w.bin"]
     assert hashed == ["x.bin"]
+    # Relayed again (the next launch): what the launch host holds as the controller's is not.
+    spec["hosts"][0]["work_dir"] = str(tmp_path / "h4")
+    again = subprocess.Popen([sys.executable, str(SCRIPT), "relay", str(launch), json.dumps(spec)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    again.stdin.write(b"done\n")
+    again.stdin.flush()
+    assert again.wait(timeout=20) == 0
+    assert len(json.loads(again.stdout.read())) == 3
+    assert not (tmp_path / "h4" / "models" / "m" / "w.bin").exists()
 
 
 def test_a_relay_cut_off_keeps_what_arrived_and_ends_its_ssh(tmp_path):
@@ -345,7 +431,8 @@ def test_a_relay_cut_off_keeps_what_arrived_and_ends_its_ssh(tmp_path):
             "manifests": {"data/c.txt": {"c.txt": [4 * script.CHUNK, 1700000000, "0" * 64]}},
             "paths": {"data/c.txt": {"c.txt": "data/c.txt"}},
             "hosts": [{"host": "h2", "argv": ["sh", "-c"], "python": sys.executable,
-                       "work_dir": str(other), "rels": ["data/c.txt"]}]}
+                       "work_dir": str(other), "rels": ["data/c.txt"], "skipped": {}}],
+            "commands": []}
     relay = subprocess.Popen([sys.executable, str(SCRIPT), "relay", str(launch), json.dumps(spec)],
                              stdin=subprocess.PIPE)
     kept = other / "data" / "c.txt"
@@ -427,13 +514,15 @@ def test_what_arrived_counts_a_file_rsync_is_receiving_at_what_it_wrote(tmp_path
 def test_the_controller_reads_what_arrived_on_each_host_that_lacks_an_input(tmp_path):
     manifests = {"models/m": EXPECTED, "data/c.txt": {"c.txt": [5000, 1700000000, "cc"]}}
     remote = {"inventory_hostname": "h2", "ansible_host": "198.18.0.2", "ansible_user": "ann",
-              "cluster_host_info": info("h2"), "launch_stale": {"data/c.txt": ["not there"]}}
+              "cluster_host_info": info("h2"), **WHOLE,
+              "launch_stale": {"data/c.txt": ["not there"]}}
     work = tmp_path / "mlx-cluster"
     local = {"inventory_hostname": "h1", "ansible_connection": "local",
              "cluster_host_info": {**info("h1", str(tmp_path)),
                                    "python_env": os.path.dirname(os.path.dirname(sys.executable))},
-             "launch_stale": {"models/m": ["not there"]}}
-    unchanged = {"inventory_hostname": "h3", "cluster_host_info": info("h3"), "launch_stale": {}}
+             **WHOLE, "launch_stale": {"models/m": ["not there"]}}
+    unchanged = {"inventory_hostname": "h3", "cluster_host_info": info("h3"), **WHOLE,
+                 "launch_stale": {}}
     source = Path(script.__file__).read_text()
     watch = staging.staging_watch_commands([local, remote, unchanged], manifests, source)
     assert sorted(watch) == ["h1", "h2"]

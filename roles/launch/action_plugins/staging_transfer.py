@@ -1,15 +1,14 @@
 """Send the staged inputs (tasks/stage_inputs.yml) and show how far the transfers are.
 
 Ansible prints a task's result only when the task ends: gigabytes over a laptop's Wi-Fi would be
-minutes of silence. This action runs on the launch host's turn: first the controller's rsyncs to
-the launch host (`sends`, one after another, here on the controller), while the launch host passes
+minutes of silence. This action runs on the launch host's turn: the controller's rsyncs to the
+launch host (`sends`, one after another, here on the controller), while the launch host passes
 each file on to the others as it arrives (`relay`: the command that runs files/staging.py relay
-there, told "done" when the sends succeeded and waited for), then the launch host's rsyncs to the
-others (`fanout`: the command that runs files/staging.py fanout there, all at once; not after a
-failed send), which send what the relay did not deliver. The relay's and the fan-out's stdin is
-a pipe this process holds open until they end: when the play is interrupted (Ctrl-C, a killed
-controller), the pipe closes and the launch host kills its transfers. While they run, every
-`interval` seconds it reads what arrived on each receiving host (`watch`:
+there, started with the sends, told "done" when they succeeded), then runs its rsyncs to the
+others of what the relay did not deliver whole (all at once; not after a failed send). The
+relay's stdin is a pipe this process holds open until it ends: when the play is interrupted
+(Ctrl-C, a killed controller), the pipe closes and the launch host kills its transfers. While
+they run, every `interval` seconds it reads what arrived on each receiving host (`watch`:
 filter_plugins/staging.py staging_watch_commands) and prints a line per host and input: the bytes
 there of the input's size, the rate since the last reading and the time left. A stage shorter
 than the interval reads nothing. The results are concurrent_commands' (item, rc, stdout, stderr),
@@ -18,9 +17,9 @@ one per transfer; the action never fails because a transfer did (staging_transfe
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -60,41 +59,36 @@ def _run(command):
             "stdout": done.stdout.rstrip("\n"), "stderr": done.stderr.rstrip("\n")}
 
 
-def _fan_out(argv):
-    """The launch host's transfers' results (files/staging.py fanout, run by argv), None with
-    its error output when it did not run. Its stdin stays open as long as this process lives."""
-    alive_r, alive_w = os.pipe()
-    try:
-        done = subprocess.run(argv, stdin=alive_r, capture_output=True, text=True, check=False)
-    finally:
-        os.close(alive_r)
-        os.close(alive_w)
-    return (json.loads(done.stdout) if done.returncode == 0 else None), done.stderr
-
-
 @contextlib.contextmanager
-def _relaying(argv):
+def _relaying(argv, host):
     """Runs the launch host's relay (files/staging.py relay, by argv; none when argv is empty)
     while the block sends; the block's value: a function that tells it the sends succeeded and
-    waits while it passes on the rest of what arrived. Left otherwise, its stdin closes: it ends
-    at once."""
-    relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL) if argv else None
+    returns the results of its rsyncs once it ended. Left otherwise, its stdin closes: it ends at
+    once."""
+    with tempfile.TemporaryFile() as errors:
+        relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=errors) if argv else None
 
-    def finish():
-        if relay:
-            with contextlib.suppress(BrokenPipeError):  # it passed on every file already
+        def finish():
+            if not relay:
+                return []
+            with contextlib.suppress(BrokenPipeError):
                 relay.stdin.write(b"done\n")
                 relay.stdin.flush()
-            relay.wait()
+            out = relay.stdout.read()
+            if relay.wait() != 0:
+                errors.seek(0)
+                raise AnsibleActionFail(f"the transfers from {host} did not run: "
+                                        f"{errors.read().decode(errors='replace').strip()[-2000:]}")
+            return json.loads(out)
 
-    try:
-        yield finish
-    finally:
-        if relay:
-            with contextlib.suppress(BrokenPipeError):
-                relay.stdin.close()
-            relay.wait()
+        try:
+            yield finish
+        finally:
+            if relay:
+                with contextlib.suppress(BrokenPipeError):
+                    relay.stdin.close()
+                relay.wait()
 
 
 def _read(argv, timeout):
@@ -147,7 +141,7 @@ class Progress:
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = False  # it would send
-    _VALID_ARGS = frozenset(("sends", "relay", "fanout", "watch", "interval"))
+    _VALID_ARGS = frozenset(("sends", "relay", "watch", "interval"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -155,8 +149,7 @@ class ActionModule(ActionBase):
         host = task_vars["inventory_hostname"]
         watch = args.get("watch") or {}
         interval = float(args.get("interval", 5))
-        sends, fanout = args.get("sends") or [], args.get("fanout") or []
-        results, ran = [], []
+        sends, results = args.get("sends") or [], []
         if sends and shutil.which(sends[0]["argv"][0]) is None:
             raise AnsibleActionFail(
                 f"{sends[0]['argv'][0]} is missing on the controller, which sends -e data and "
@@ -165,17 +158,10 @@ class ActionModule(ActionBase):
         mine = {h: w for h, w in watch.items() if h == host}
         others = {h: w for h, w in watch.items() if h != host}
         # The others receive from the launch host from the start: the relay passes on each file.
-        with Progress(others, host, interval):
-            with _relaying(args.get("relay") or []) as finish:
-                with Progress(mine, "the controller", interval):
-                    results += [_run(command) for command in sends]
-                if all(r["rc"] == 0 for r in results):
-                    finish()
-            if fanout and all(r["rc"] == 0 for r in results):
-                ran, error = _fan_out(fanout)
-                if ran is None:
-                    raise AnsibleActionFail(f"the transfers from {host} did not run: "
-                                            f"{error.strip()[-2000:]}")
-        results += ran
+        with Progress(others, host, interval), _relaying(args.get("relay") or [], host) as finish:
+            with Progress(mine, "the controller", interval):
+                results += [_run(command) for command in sends]
+            if all(r["rc"] == 0 for r in results):
+                results += finish()
         result.update(changed=bool(results), results=results)
         return result

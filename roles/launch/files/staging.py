@@ -15,17 +15,17 @@ host, with the environment's Python:
                                                             manifest and print it
     staging.py received WORK_DIR '["data/corpus.txt", ...]' during a transfer: the bytes of each
                                                             input there (its progress)
-    staging.py fanout WORK_DIR '[{"item": ..., "argv": ["rsync", ...]}, ...]'
-                                                            on the launch host: its transfers to
-                                                            the other hosts, at once, in WORK_DIR,
-                                                            ended when stdin closes
-    staging.py relay WORK_DIR '{"script": ..., "manifests": ..., "paths": ..., "hosts": [...]}'
+    staging.py relay WORK_DIR '{"script": ..., "manifests": ..., "paths": ..., "hosts": [...],
+                               "commands": [{"item": ..., "argv": ["rsync", ...]}, ...]}'
                                                             on the launch host, while the controller
                                                             sends it the inputs: each file on to
-                                                            the other hosts as it arrives; stdin:
+                                                            the other hosts as it arrives, then
+                                                            its rsyncs, at once in WORK_DIR, of
+                                                            what did not arrive whole; stdin:
                                                             "done" once the controller's sends
                                                             succeeded, closed to end it
-    staging.py take WORK_DIR null                           on another host: what relay sends it
+    staging.py take WORK_DIR null                           on another host: what relay sends it;
+                                                            prints what it kept
     staging.py fetch CACHE_DIR '{"repo": "owner/name", "revision": "", "work_dir": ..., "rel": ...}'
                                                             a Hugging Face model: download it into
                                                             this machine's Hugging Face cache (and
@@ -305,33 +305,38 @@ def received(work_dir, rels):
     return totals
 
 
-def fanout(work_dir, commands):
-    """Run the transfers (concurrent_commands' commands: item, argv) at once, in work_dir, each
-    in a process group of its own, and return their results in concurrent_commands' shape. The
-    controller holds this process's stdin open while it waits: when stdin closes early (the play
-    interrupted, the controller's ssh gone), every transfer still running is killed, so none
-    outlives the play (rsync --partial keeps what arrived)."""
-    transfers = [subprocess.Popen(command["argv"], cwd=work_dir, stdin=subprocess.DEVNULL,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                  start_new_session=True)
-                 for command in commands]
+# The relay's receivers and transfers (each in a process group of its own): all killed when the
+# controller goes.
+_children = []
 
-    def end_all():
-        sys.stdin.read()
-        for transfer in transfers:
-            if transfer.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(transfer.pid, signal.SIGTERM)
 
-    threading.Thread(target=end_all, daemon=True).start()
+def _start(argv, **options):
+    child = subprocess.Popen(argv, start_new_session=True, **options)
+    _children.append(child)
+    return child
+
+
+def _kill_all():
+    for child in _children:
+        if child.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGTERM)
+
+
+def transfers(work_dir, commands):
+    """Run the transfers (concurrent_commands' commands: item, argv) at once, in work_dir, and
+    return their results in concurrent_commands' shape."""
+    running = [_start(command["argv"], cwd=work_dir, stdin=subprocess.DEVNULL,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for command in commands]
 
     def wait(command, transfer):
         out, err = transfer.communicate()
         return {"item": command["item"], "cmd": command["argv"], "rc": transfer.returncode,
                 "stdout": out.rstrip("\n"), "stderr": err.rstrip("\n")}
 
-    with ThreadPoolExecutor(max_workers=max(1, len(transfers))) as pool:
-        return list(pool.map(wait, commands, transfers))
+    with ThreadPoolExecutor(max_workers=max(1, len(running))) as pool:
+        return list(pool.map(wait, commands, running))
 
 
 def _temporaries(work_dir, pending, seen):
@@ -406,43 +411,85 @@ def _record_read(work_dir, spec, read_whole):
     add_to_manifests(work_dir, taken)
 
 
+def _in_place(work_dir, pending, manifests):
+    """{(rel, name): its path} among pending whose file is in place with the controller's size
+    and mtime: one rsync put in place before the relay saw its temporary (a small file). Read
+    whole and passed on: a receiver keeps it only with the controller's sha256."""
+    found = {}
+    for (rel, name), path in pending.items():
+        with contextlib.suppress(OSError):
+            if quick(os.stat(os.path.join(work_dir, path))) == manifests[rel][name][:2]:
+                found[rel, name] = os.path.join(work_dir, path)
+    return found
+
+
+def _verified(work_dir, rel, spec):
+    """The files of input rel the launch host holds already as the controller's (its manifest
+    records them, unchanged since): the controller's rsync sends them not, the relay neither."""
+    expected = spec["manifests"][rel]
+    kept = trusted(os.path.join(work_dir, rel), *read(manifest_path(work_dir, rel)))
+    return {name for name, entry in kept.items() if expected.get(name) == entry}
+
+
+def _delivered(sinks, spec):
+    """{host: the inputs whose every file (but those it is not sent) its receiver kept}, once
+    the receivers ended (each prints what it kept)."""
+    delivered = {}
+    skipped = {host["host"]: host["skipped"] for host in spec["hosts"]}
+    for host, sink in sinks.items():
+        out = sink.stdout.read()
+        sink.wait()
+        with contextlib.suppress(ValueError):
+            taken = json.loads(out) or {}
+            delivered[host] = {rel for rel, entries in taken.items() if entries and set(entries)
+                               == set(spec["manifests"][rel]) - set(skipped[host].get(rel, ()))}
+    return delivered
+
+
 def relay(work_dir, spec):
     """On the launch host, while the controller's rsync sends it the inputs: each file as rsync
-    writes it (its temporary .<name>.XXXXXX, read as it grows) goes on at once to the other hosts
-    whose copy of that input differs (spec["hosts"]: {host, argv: the ssh to it over the job's
-    network, python, work_dir, rels}), to `staging.py take` there, so the fan-out overlaps the
-    controller's send instead of following it. spec["paths"]: {rel: {name: its path under the
-    work dir}} of the files of spec["manifests"]. The rsyncs after it (fanout) find what the relay
-    delivered in place (rsync's quick check) and send what it did not. What it read whole with the
-    controller's sha256 is recorded on the launch host too (record reads it no more). stdin:
-    "done" when the controller's sends succeeded (each file is then read to its end), held open
-    until the relay ends; closed before (the play interrupted, a send failed), the relay and its
-    ssh are killed at once."""
+    writes it (its temporary .<name>.XXXXXX, read as it grows; or in place, a small file rsync
+    renamed before the relay saw it) goes on at once to the other hosts whose copy of that input
+    differs (spec["hosts"]: {host, argv: the ssh to it over the job's network, python, work_dir,
+    rels, skipped: {rel: its files that host is not sent}}), to `staging.py take` there, so the
+    fan-out overlaps the controller's send instead of following it; the receivers' ssh start
+    with the relay, as the controller's send does. Then the launch host's rsyncs
+    (spec["commands"]: concurrent_commands' commands, item {host, rel, from}, whole: whether a
+    copy whose every file the relay delivered is the controller's, no file there that it lacks),
+    at once, of each input a host's receiver did not keep whole (its sha256 checked there):
+    their results, in concurrent_commands' shape. spec["paths"]: {rel: {name: its path under the
+    work dir}} of the files of spec["manifests"]. What it read whole with the controller's
+    sha256 is recorded on the launch host too (record reads it no more). stdin: "done" when the
+    controller's sends succeeded (each file is then read to its end), held open until the relay
+    ends; closed before (the play interrupted, a send failed), the relay, its ssh and its rsyncs
+    are killed at once."""
     sinks = {}
     for host in spec["hosts"]:
         take_argv = [host["python"], "-c", spec["script"], "take", host["work_dir"], "null"]
-        sinks[host["host"]] = subprocess.Popen(
-            [*host["argv"], shlex.join(take_argv)], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, start_new_session=True)
-    needed = {rel: [h["host"] for h in spec["hosts"] if rel in h["rels"]] for rel in spec["paths"]}
+        sinks[host["host"]] = _start([*host["argv"], shlex.join(take_argv)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    receivers = dict(sinks)
+    needed = {(rel, name): [h["host"] for h in spec["hosts"]
+                            if rel in h["rels"] and name not in h["skipped"].get(rel, ())]
+              for rel, paths in spec["paths"].items() for name in paths}
     finished = threading.Event()
 
     def end():
         if sys.stdin.readline().strip() == "done":
             finished.set()
             sys.stdin.read()  # still ended when the controller goes
-        for sink in sinks.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(sink.pid, signal.SIGTERM)
+        _kill_all()
         os._exit(1)
 
     threading.Thread(target=end, daemon=True).start()
+    verified = {rel: _verified(work_dir, rel, spec) for rel in spec["paths"]}
     pending = {(rel, name): path for rel, paths in spec["paths"].items()
-               for name, path in paths.items()}
+               for name, path in paths.items() if name not in verified[rel]}
     seen, read_whole = set(), {}
     while pending and sinks:
         ended = finished.is_set()
-        found = _temporaries(work_dir, pending, seen)
+        found = _temporaries(work_dir, pending, seen) or _in_place(work_dir, pending,
+                                                                   spec["manifests"])
         if not found:
             if ended:
                 break
@@ -452,29 +499,31 @@ def relay(work_dir, spec):
         seen.add(temporary)
         try:
             source = open(temporary, "rb")  # noqa: SIM115 (closed below)
-        except FileNotFoundError:  # put in place already (a small file): the rsyncs send it
+        except FileNotFoundError:  # put in place meanwhile: found there next
             continue
         size, mtime, digest = spec["manifests"][rel][name]
         header = {"rel": rel, "name": name, "path": pending.pop((rel, name)), "size": size,
                   "mtime": mtime, "sha256": digest}
-        _forward(sinks, needed[rel], json.dumps(header).encode() + b"\n")
+        _forward(sinks, needed[rel, name], json.dumps(header).encode() + b"\n")
         sha = hashlib.sha256()
         with source:
             for chunk in _growing(source, size, finished, sha):
-                _forward(sinks, needed[rel], struct.pack(">I", len(chunk)) + chunk)
+                _forward(sinks, needed[rel, name], struct.pack(">I", len(chunk)) + chunk)
             if sha.hexdigest() == digest:
                 read_whole[rel, name] = os.fstat(source.fileno()).st_ino
-        _forward(sinks, needed[rel], struct.pack(">I", 0))  # its end: take checks it
-        for host in needed[rel]:
+        _forward(sinks, needed[rel, name], struct.pack(">I", 0))  # its end: take checks it
+        for host in needed[rel, name]:
             with contextlib.suppress(KeyError, OSError):
                 sinks[host].stdin.flush()
-    for sink in sinks.values():
+    for sink in receivers.values():
         with contextlib.suppress(OSError):
             sink.stdin.close()
-    for sink in sinks.values():
-        sink.wait()
+    delivered = _delivered(receivers, spec)
     finished.wait()  # rsync has put every file in place
     _record_read(work_dir, spec, read_whole)
+    return transfers(work_dir, [
+        c for c in spec["commands"]
+        if not (c["whole"] and c["item"]["rel"] in delivered.get(c["item"]["host"], ()))])
 
 
 def _chunks(stream):
@@ -500,8 +549,9 @@ def take(work_dir, _):
     sha256}, then its bytes in chunks): each file is written beside its place as rsync writes it
     (.<name>.XXXXXX, 0600), hashed as it arrives, and put in place with its mtime only when its
     sha256 is the controller's (else removed: the rsync after sends it); the manifests record
-    what came, so `record` does not read it again. The stream cut (the play interrupted): what
-    arrived of a file is kept in its place, like rsync --partial."""
+    what came, so `record` does not read it again, and prints it ({rel: {name: entry}}). The
+    stream cut (the play interrupted): what arrived of a file is kept in its place, like rsync
+    --partial."""
     for number in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, _cut)
     stream = sys.stdin.buffer
@@ -535,10 +585,11 @@ def take(work_dir, _):
         os.replace(temporary, full)
         taken.setdefault(file["rel"], {})[file["name"]] = [size, file["mtime"], file["sha256"]]
     add_to_manifests(work_dir, taken)
+    return taken
 
 
 if __name__ == "__main__":
     action, work_dir, rels = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     actions = {"report": report, "prepare": prepare, "record": record, "received": received,
-               "fanout": fanout, "relay": relay, "take": take, "fetch": fetch}
+               "relay": relay, "take": take, "fetch": fetch}
     print(json.dumps(actions[action](work_dir, rels)))

@@ -110,6 +110,23 @@ def failed_rank(text):
     return min(found)[1:] if found else None
 
 
+def host_of(hosts, rank):
+    return next((h["host"] for h in hosts if h["rank"] == rank), "an unknown host")
+
+
+def launch_suspect(job, run_dir):
+    """"rank R on HOST: why" from the launcher's output of the job's last launch, or None."""
+    try:
+        with open(run_dir / "launch.log", "rb") as f:
+            f.seek(job["log_offset"])
+            found = failed_rank(f.read().decode(errors="replace"))
+    except OSError:  # never launched
+        return None
+    if found is None:
+        return None
+    return f"rank {found[0]} on {host_of(job['rank_hosts'], found[0])}: {found[1]}"
+
+
 def log(message, file=None):
     with contextlib.suppress(OSError):  # a full disk: a gap in the account, the job goes on
         print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {message}", file=file, flush=True)
@@ -837,14 +854,7 @@ class Supervisor:
         return "restart", "rank_failed", code
 
     def failed_rank(self):
-        """"rank R on HOST: why" from the launcher's output of this launch, or None."""
-        with open(self.dir / "launch.log", "rb") as f:
-            f.seek(self.job["log_offset"])
-            found = failed_rank(f.read().decode(errors="replace"))
-        return f"rank {found[0]} on {self.host_of(found[0])}: {found[1]}" if found else None
-
-    def host_of(self, rank):
-        return next((h["host"] for h in self.hosts if h["rank"] == rank), "an unknown host")
+        return launch_suspect(self.job, self.dir)
 
     # ------------------------------------------------------------------ stalls and stopping
 
@@ -885,7 +895,7 @@ class Supervisor:
             evidence = [(1, e[1], e[2], f"{e[3]}, behind the others (at step {max(steps)})")
                         if e[0] == 0 and -e[1] == min(steps) else e for e in evidence]
         strength, _, rank, why = max(evidence, key=lambda e: (e[0], e[1], -e[2]))
-        return f"rank {rank} on {self.host_of(rank)}: {why}", strength <= 1
+        return f"rank {rank} on {host_of(self.hosts, rank)}: {why}", strength <= 1
 
     def this_launch(self, beat, ahead):
         """Whether a heartbeat was written since this launch (not a previous one's, left on a
@@ -1101,14 +1111,17 @@ def wait_ended(run_dir, seconds):
         time.sleep(0.2)
 
 
-def state_of(job):
+def state_of(job, run_dir):
     """(state, reason) of a job: job.json's, or lost when neither its supervisor nor its keeper
-    runs any more (the host restarted, or both were killed)."""
+    runs any more (the host restarted, or both were killed: under memory pressure Linux's OOM
+    killer goes on killing while a killed rank's memory is still being freed). What the
+    launcher's output said of a failed rank is part of the reason: it outlived them."""
     if job["state"] in TERMINAL or running(job, "supervisor") or running(job, "keeper"):
         return job["state"], job["reason"]
     if job.get("boot_id") != boot_id():
         return "lost", "the launch host restarted since (another boot id)"
-    return "lost", "its supervisor is gone"
+    suspect = None if running(job, "launcher") else launch_suspect(job, run_dir)
+    return "lost", "its supervisor is gone" + (f"; the launcher said: {suspect}" if suspect else "")
 
 
 def rank_beats(rank_plan):
@@ -1162,7 +1175,7 @@ def status(args):
                                                               or p.name in args.run)):
         job = read_json(run_dir / "job.json")
         if job:
-            state, reason = state_of(job)
+            state, reason = state_of(job, run_dir)
             if state == "lost":
                 notify_lost(job, run_dir, reason)
             # A lost job whose launcher runs on still holds its hosts: no other job starts.

@@ -264,6 +264,10 @@ def launch_request_errors(request, hosts, topology="bridge"):
     if _bool(request.get("elastic")) and backend in MLX_LAUNCHED:
         errors.append("elastic: only the mpi backend can go on without a host — use "
                       "backend=mpi, or drop elastic")
+    elif _bool(request.get("elastic")) and request.get("parallel") == "pipeline":
+        # Fewer ranks would split the layers anew, and no stage's checkpoint would fit it.
+        errors.append("elastic: a pipeline cannot go on without a host (each holds its stages' "
+                      "layers) — drop elastic, or use parallel=data")
     extra = request.get("mpi_extra_args")
     if _given(extra):
         if backend in MLX_LAUNCHED:

@@ -12,6 +12,7 @@ that keeps the job from starting, each with its fix.
 import hashlib
 import json
 import os
+import struct
 
 from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import ROOT, load
 
@@ -28,6 +29,7 @@ command_result = load("roles/cluster/filter_plugins/command_result.py")
 rdma = load("roles/cluster/filter_plugins/rdma.py")
 trees = load("roles/cluster/filter_plugins/tree.py")
 openmpis = load("roles/openmpi/filter_plugins/openmpi.py")
+split = load("train/split.py")
 
 FILES = ROOT / "roles/launch/files"
 JACCL = ("jaccl", "jaccl-ring")
@@ -87,6 +89,7 @@ def launch_plan(request, given, answers=None):
     """
     plan = _paths(request, given)
     plan.update(_inputs(request))
+    plan.update(_stages(request, plan, given["host"]))
     plan["probes"] = _probes(request, plan, given)
     if answers is not None:
         plan.update(_answered(request, given, plan, answers))
@@ -165,6 +168,31 @@ def _inputs(request):
     staged += [{"rel": model_rel, "src": model, "dir": True}] if model_copied else []
     staged += [{"rel": model_rel, "src": None, "dir": True, "hub": True}] if hub else []
     return {"data_rel": data_rel, "model_rel": model_rel, "model_hub": hub, "staged": staged}
+
+
+def _stages(request, plan, host):
+    """A pipeline's split of a model directory staged from the controller whose weights are in
+    several files: stages, its layers per stage as train's split.py counts them from the files'
+    headers (passed on as --stages: a host holding some of the files cannot count them), and
+    skipped, {model_rel: the weight files no stage of this host's ranks reads}, which this host
+    is not sent (but the launch host, which relays every file to the others). Otherwise stages
+    as given and nothing skipped, as for a model that python -m train refuses to split."""
+    given = {"stages": request["stages"], "skipped": {}}
+    if request["parallel"] != "pipeline" or not plan["model_rel"] or plan["model_hub"]:
+        return given
+    try:
+        files = split.tensors(request["model"])
+        stages, replicas = split.layout(request["stages"], plan["np"])
+        counts = split.counts(files, request["stages"], stages)
+    except (OSError, ValueError, KeyError, struct.error):  # not mlx-lm's safetensors, or no split
+        return given
+    if len(files) < 2 or stages * replicas != plan["np"] or min(counts) < 1:
+        return given
+    mine = {rank % stages for rank, name in enumerate(plan["rank_hosts"]) if name == host}
+    read = set().union(*(split.stage_files(files, counts, k) for k in mine))
+    skipped = [] if plan["on_launch_host"] else sorted(set(files) - read)
+    return {"stages": ",".join(map(str, counts)),
+            "skipped": {plan["model_rel"]: skipped} if skipped else {}}
 
 
 def _probes(request, plan, given):
@@ -325,8 +353,9 @@ def _command(request, given, plan, answers, layout):
         launcher = launch.launch_mlx_argv(plan["mlx_launch"], plan["hostfile"],
                                           request["backend"])
     train = launch.launch_train_args(
-        request, heartbeat=f"{plan['run_rel']}/logs/rank.{{rank}}.heartbeat",
-        data=plan["data_rel"], model=plan["model_rel"])
+        {**request, "stages": plan["stages"]},
+        heartbeat=f"{plan['run_rel']}/logs/rank.{{rank}}.heartbeat", data=plan["data_rel"],
+        model=plan["model_rel"])
     argv = launcher + launch.launch_rank_program(layout, plan["run_rel"],
                                                  plan["openmpi_rules"]) + train
     rank_plan = launch.launch_rank_plan(plan["rank_hosts"], hosts, infos, plan["launch_host"],

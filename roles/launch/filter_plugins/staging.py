@@ -33,6 +33,8 @@ SHOWN_PROBLEMS = 3
 # recorded): rsync's quick check would skip it, so its transfer compares checksums (-c, also in
 # openrsync), reading that input whole on both ends.
 UNVERIFIED = "not verified"
+# A file on a host that the controller's copy lacks.
+EXTRA = "not on the controller"
 
 
 def staging_hub_rel(repo):
@@ -64,18 +66,27 @@ def _file_problems(expected, found):
         elif recorded.get(name) != [size, mtime, digest]:
             problems.append(f"{name} {UNVERIFIED}")
     extra = sorted(set(present) - set(expected))
-    return problems + [f"{name} not on the controller" for name in extra]
+    return problems + [f"{name} {EXTRA}" for name in extra]
 
 
-def staging_stale(manifests, report):
+def _without(entries, names):
+    return {name: entry for name, entry in entries.items() if name not in names}
+
+
+def staging_stale(manifests, report, skipped=None):
     """{rel: [what differs]} of the inputs whose copy on this host differs from the controller's
     manifest (manifests: {rel: manifest}); report: what files/staging.py report printed there
     (None: it could not tell, so everything is sent). Compares sizes and mtimes, as rsync's quick
-    check does, and the sha256 the host recorded after its last transfer: nothing is read."""
+    check does, and the sha256 the host recorded after its last transfer: nothing is read.
+    skipped: {rel: its files this host is not sent} (a pipeline's other stages' weights),
+    neither missing nor extra there."""
     stale = {}
     for rel, expected in manifests.items():
+        left = set((skipped or {}).get(rel, ()))
         found = (report or {}).get(rel)
-        problems = _file_problems(expected, found) if found and found["files"] else ["not there"]
+        problems = (_file_problems(_without(expected, left),
+                                   {**found, "files": _without(found["files"], left)})
+                    if found and found["files"] else ["not there"])
         if problems:
             stale[rel] = problems
     return stale
@@ -102,14 +113,16 @@ def staging_stale_lines(stale):
     return lines
 
 
-def staging_record_errors(recorded, manifests, host):
+def staging_record_errors(recorded, manifests, host, skipped=None):
     """A message per input whose copy, hashed on host after the transfer, is not the
-    controller's (recorded: what files/staging.py record printed there)."""
+    controller's (recorded: what files/staging.py record printed there; skipped: as for
+    staging_stale)."""
     errors = []
     for rel, got in sorted(recorded.items()):
         expected = manifests[rel]
+        left = set((skipped or {}).get(rel, ()))
         differ = sorted(name for name in set(expected) | set(got)
-                        if expected.get(name) != got.get(name))
+                        if name not in left and expected.get(name) != got.get(name))
         if differ:
             errors.append(f"{host}: {rel} differs from the controller's after the transfer: "
                           f"{', '.join(differ)} — check the disk and the link, then run "
@@ -127,13 +140,18 @@ def staging_remote_path(info, rel):
     return posixpath.join(base, rel)
 
 
-def staging_rsync_argv(src, dest, is_dir, rsh, problems=()):
+def staging_rsync_argv(src, dest, is_dir, rsh, problems=(), skipped=()):
     """rsync src (a local path) to dest (host:path), a directory's contents into dest; problems:
-    what differs there (staging_stale)."""
+    what differs there (staging_stale); skipped: files of the directory not sent, which --delete
+    leaves there too (--exclude; /: the directory's own, no pattern in a weight file's name).
+    openrsync does the same (kristapsdz/openrsync 8235c68, with Apple's changes: rules.c anchors
+    a leading / at the transfer's root, the client sends its rules when --delete is on, and
+    flist.c's deletion skips what they exclude)."""
     if is_dir:
         src, dest = src.rstrip("/") + "/", dest.rstrip("/") + "/"
     checksum = ["-c"] if any(p.endswith(UNVERIFIED) for p in problems) else []
-    return ["rsync", *RSYNC_FLAGS, *checksum, "-e", rsh, src, dest]
+    excluded = [f"--exclude=/{name}" for name in skipped]
+    return ["rsync", *RSYNC_FLAGS, *checksum, *excluded, "-e", rsh, src, dest]
 
 
 def _host_word(address):
@@ -197,12 +215,14 @@ def _fanout_addresses(hosts, cables):
 
 
 def staging_fanout_commands(staged, ranked_vars, hosts, launch_host, cables=()):
-    """The launch host's transfers (files/staging.py fanout, in its work dir): an rsync of each
-    input another host lacks (its fact launch_stale) from the launch host's copy to that host's
-    MPI address, or over the cables topology to its end of the first cable from the launch host
-    (cables: the launch host's ends, cluster_cable_plan), over the ssh mesh (its key and pinned
-    host keys, from ~/.ssh/config), all at once. ranked_vars: the ranked hosts' variables; hosts:
-    cluster_host_list."""
+    """The launch host's transfers (files/staging.py relay runs them, in its work dir, once it
+    passed on what arrived): an rsync of each input another host lacks (its fact launch_stale)
+    from the launch host's copy to that host's MPI address, or over the cables topology to its
+    end of the first cable from the launch host (cables: the launch host's ends,
+    cluster_cable_plan), over the ssh mesh (its key and pinned host keys, from ~/.ssh/config), all
+    at once; whole: whether that host's copy is the controller's once the relay delivered its
+    every file (no file there the controller lacks, which only rsync --delete removes).
+    ranked_vars: the ranked hosts' variables; hosts: cluster_host_list."""
     addresses = _fanout_addresses(hosts, cables)
     is_dir = {s["rel"]: s["dir"] for s in staged}
     rsh = shlex.join(MESH_SSH)
@@ -212,8 +232,11 @@ def staging_fanout_commands(staged, ranked_vars, hosts, launch_host, cables=()):
         for rel, problems in hv["launch_stale"].items() if host != launch_host else ():
             path = staging_remote_path(hv["cluster_host_info"], rel)
             dest = f"{_host_word(addresses[host])}:{path}"
+            skipped = hv["launch_plan"]["skipped"].get(rel, [])
             commands.append({"item": {"host": host, "rel": rel, "from": launch_host},
-                             "argv": staging_rsync_argv(rel, dest, is_dir[rel], rsh, problems)})
+                             "argv": staging_rsync_argv(rel, dest, is_dir[rel], rsh, problems,
+                                                        skipped),
+                             "whole": not any(p.endswith(EXTRA) for p in problems)})
     return commands
 
 
@@ -229,20 +252,14 @@ def _on_host(hostvars, script, action, arg):
     return [*shlex.split(staging_ssh_command(hostvars)), _address(hostvars), shlex.join(argv)]
 
 
-def staging_fanout_argv(commands, hostvars, script):
-    """The command the controller runs for the launch host's transfers (commands:
-    staging_fanout_commands; hostvars: the launch host's variables), its stdin held open while
-    they run: the launch host ends them when it closes (staging.py fanout). [] when there are
-    none."""
-    return _on_host(hostvars, script, "fanout", commands) if commands else []
-
-
-def staging_relay_argv(staged, ranked_vars, hosts, hostvars, manifests, script, cables=()):
+def staging_relay_argv(staged, ranked_vars, hosts, hostvars, manifests, commands, script,
+                       cables=()):
     """The command the controller runs, while it sends the launch host (hostvars: its variables)
     the inputs it lacks (its launch_stale), for the launch host to pass each file on as it
     arrives (files/staging.py relay, with its source `script`) to the other hosts whose copy of
-    that input differs, over the addresses staging_fanout_commands sends to; [] when there is
-    nothing to pass on. ranked_vars, hosts, cables: as for staging_fanout_commands; manifests:
+    that input differs, over the addresses staging_fanout_commands sends to, then to run its
+    rsyncs (commands: staging_fanout_commands) of what they did not get whole; [] when there is
+    nothing to send on. ranked_vars, hosts, cables: as for staging_fanout_commands; manifests:
     the controller's."""
     launch_host, arriving = hostvars["inventory_hostname"], hostvars["launch_stale"]
     addresses = _fanout_addresses(hosts, cables)
@@ -250,16 +267,20 @@ def staging_relay_argv(staged, ranked_vars, hosts, hostvars, manifests, script, 
                   "argv": [*MESH_SSH, _host_word(addresses[hv["inventory_hostname"]])],
                   "python": posixpath.join(hv["cluster_host_info"]["python_env"], "bin", "python"),
                   "work_dir": hv["cluster_host_info"]["work_dir"],
-                  "rels": [rel for rel in hv["launch_stale"] if rel in arriving]}
+                  "rels": [rel for rel in hv["launch_stale"] if rel in arriving],
+                  "skipped": hv["launch_plan"]["skipped"]}
                  for hv in ranked_vars if hv["inventory_hostname"] != launch_host]
     receivers = [r for r in receivers if r["rels"]]
-    if not receivers:
+    if not receivers and not commands:
         return []
     is_dir = {s["rel"]: s["dir"] for s in staged}
+    # Not a file there already with the controller's size and mtime but not verified: rsync -c
+    # leaves it in place when it is the controller's, and the relay would send it all.
     paths = {rel: {name: posixpath.join(rel, name) if is_dir[rel] else rel
-                   for name in manifests[rel]} for rel in arriving}
-    spec = {"script": script, "manifests": {rel: manifests[rel] for rel in arriving},
-            "paths": paths, "hosts": receivers}
+                   for name in manifests[rel] if f"{name} {UNVERIFIED}" not in problems}
+             for rel, problems in arriving.items()} if receivers else {}
+    spec = {"script": script, "manifests": {rel: manifests[rel] for rel in paths},
+            "paths": paths, "hosts": receivers, "commands": list(commands)}
     return _on_host(hostvars, script, "relay", spec)
 
 
@@ -277,12 +298,14 @@ def staging_watch_commands(ranked_vars, manifests, script):
     for staging_transfer's progress."""
     watch = {}
     for hv in ranked_vars:
-        rels = list(hv["launch_stale"])
+        rels, skipped = list(hv["launch_stale"]), hv["launch_plan"]["skipped"]
         if not rels:
             continue
         watch[hv["inventory_hostname"]] = {
             "argv": _on_host(hv, script, "received", rels),
-            "totals": {rel: sum(entry[0] for entry in manifests[rel].values()) for rel in rels}}
+            "totals": {rel: sum(entry[0] for entry in _without(manifests[rel],
+                                                               skipped.get(rel, ())).values())
+                       for rel in rels}}
     return watch
 
 
@@ -291,7 +314,6 @@ class FilterModule:
         return {
             "staging_controller_commands": staging_controller_commands,
             "staging_fanout_commands": staging_fanout_commands,
-            "staging_fanout_argv": staging_fanout_argv,
             "staging_relay_argv": staging_relay_argv,
             "staging_transfer_errors": staging_transfer_errors,
             "staging_watch_commands": staging_watch_commands,
