@@ -5,13 +5,16 @@ The transfer itself over real ssh, and the bytes per interface, in
 tests/integration/test_train_playbook.py::test_inputs_are_sent_once_and_fanned_out_over_bridge0;
 a Hugging Face model's fetch against a local hub (tests/integration/hf_endpoint.py)."""
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -566,6 +569,37 @@ def test_a_transfer_longer_than_the_interval_shows_its_progress(tmp_path, capsys
     with transfer.Progress(watch, "the controller", 5):  # a quick transfer reads nothing
         pass
     assert capsys.readouterr().out == ""
+
+
+def test_a_ctrl_c_another_thread_takes_still_ends_the_transfers_at_once():
+    """Ansible's worker ends itself and its transfers from its SIGINT handler, which Python runs
+    in the main thread only; the kernel may hand the signal to a thread that reads a host's
+    progress (here: the one thread that does not block it). The main thread must not sleep
+    through it in a transfer's read until the transfer ends (30 s here)."""
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, signal, sys, threading
+        sys.path.insert(0, {str(ROOT)!r})
+        from tests.unit.plugins import load
+        transfer = load("roles/launch/action_plugins/staging_transfer.py")
+        signal.signal(signal.SIGINT, lambda *_: os._exit(3))  # Ansible's worker: it ends
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+        signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+        print("sending", flush=True)
+        transfer.interruptible(lambda: transfer.transfer(
+            {{"sends": [{{"item": "send", "argv": ["sleep", "30"]}}]}}, "h1"))
+        """)], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert child.stdout.readline() == "sending\n"
+        # Then the main thread waits for the transfer.
+        while subprocess.run(["pgrep", "-g", str(child.pid), "-x", "sleep"],
+                             stdout=subprocess.DEVNULL, check=False).returncode:
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=5) == 3
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)  # its sleep too
+        child.wait()
 
 
 def test_a_host_without_rsync_is_named_with_the_fix():

@@ -34,6 +34,11 @@ MIB = 1 << 20
 # Seconds a reading may take (an ssh login and a Python start on a busy host); the stage's end
 # waits for the one under way.
 READ_TIMEOUT = 20
+# Python runs a signal's handler in the main thread only, once that thread runs Python code again,
+# and the kernel may hand a Ctrl-C to a thread that reads a host's progress: a main thread blocked
+# in the relay's read would run Ansible's handler (which ends the worker and its transfers) only
+# when every transfer had ended. The main thread waits in slices of this many seconds instead.
+SLICE = 0.2
 
 
 def _duration(seconds):
@@ -138,6 +143,33 @@ class Progress:
                                                           rate))
 
 
+def interruptible(call):
+    """call()'s value, called in a thread of its own while this, the main thread, waits for it in
+    slices: a Ctrl-C's handler runs within one."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        future = pool.submit(call)
+        while True:
+            with contextlib.suppress(TimeoutError):
+                return future.result(timeout=SLICE)
+
+
+def transfer(args, host):
+    """The results of the sends and the relay's transfers (args: the action's) for the launch
+    host, with their progress."""
+    watch = args.get("watch") or {}
+    interval = float(args.get("interval", 5))
+    results = []
+    mine = {h: w for h, w in watch.items() if h == host}
+    others = {h: w for h, w in watch.items() if h != host}
+    # The others receive from the launch host from the start: the relay passes on each file.
+    with Progress(others, host, interval), _relaying(args.get("relay") or [], host) as finish:
+        with Progress(mine, "the controller", interval):
+            results += [_run(command) for command in args.get("sends") or []]
+        if all(r["rc"] == 0 for r in results):
+            results += finish()
+    return results
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = False  # it would send
@@ -146,22 +178,12 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
-        host = task_vars["inventory_hostname"]
-        watch = args.get("watch") or {}
-        interval = float(args.get("interval", 5))
-        sends, results = args.get("sends") or [], []
+        sends = args.get("sends") or []
         if sends and shutil.which(sends[0]["argv"][0]) is None:
             raise AnsibleActionFail(
                 f"{sends[0]['argv'][0]} is missing on the controller, which sends -e data and "
                 "-e model to the hosts — macOS ships it (/usr/bin/rsync); on Linux: apt "
                 "install rsync")
-        mine = {h: w for h, w in watch.items() if h == host}
-        others = {h: w for h, w in watch.items() if h != host}
-        # The others receive from the launch host from the start: the relay passes on each file.
-        with Progress(others, host, interval), _relaying(args.get("relay") or [], host) as finish:
-            with Progress(mine, "the controller", interval):
-                results += [_run(command) for command in sends]
-            if all(r["rc"] == 0 for r in results):
-                results += finish()
+        results = interruptible(lambda: transfer(args, task_vars["inventory_hostname"]))
         result.update(changed=bool(results), results=results)
         return result
