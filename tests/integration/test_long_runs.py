@@ -90,6 +90,13 @@ def at_step(vc, name, step):
     return bool(beat.strip()) and json.loads(beat)["step"] >= step
 
 
+def following(tmp_path, name):
+    """True once the play of run `name` (train(), in the background) follows its job: its output
+    so far, which ansible-runner writes as it comes, shows the follow task's start."""
+    return any("TASK [launch : Follow rank 0" in out.read_text(errors="replace")
+               for out in tmp_path.glob(f"runner-{name}/artifacts/*/stdout"))
+
+
 def in_background(fn):
     outcome = {}
     thread = threading.Thread(target=lambda: outcome.setdefault("value", fn()))
@@ -203,7 +210,9 @@ def test_the_play_survives_the_controller_changing_address(vc, tmp_path):
     new = f"{vc.mgmt_subnet[200]}/24"
     thread, outcome = in_background(lambda: train(vc, tmp_path, "roaming", **JOB))
     try:
-        wait_for(lambda: at_step(vc, "roaming", FAULT_STEP), 600, f"rank 0 at step {FAULT_STEP}")
+        # The play following the job, not in a task before: those run over new connections.
+        wait_for(lambda: following(tmp_path, "roaming") and at_step(vc, "roaming", FAULT_STEP),
+                 600, f"the play following rank 0 at step {FAULT_STEP}")
         subprocess.run(["ip", "addr", "del", old, "dev", bridge], check=True)
         time.sleep(20)
         subprocess.run(["ip", "addr", "add", new, "dev", bridge], check=True)
