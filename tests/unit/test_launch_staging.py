@@ -590,9 +590,10 @@ def test_a_ctrl_c_another_thread_takes_still_ends_the_transfers_at_once():
         """)], stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert child.stdout.readline() == "sending\n"
-        # Then the main thread waits for the transfer.
-        while subprocess.run(["pgrep", "-g", str(child.pid), "-x", "sleep"],
-                             stdout=subprocess.DEVNULL, check=False).returncode:
+        # Then the main thread waits for the transfer (a child that died instead fails below).
+        while child.poll() is None and subprocess.run(
+                ["pgrep", "-g", str(child.pid), "-x", "sleep"], stdout=subprocess.DEVNULL,
+                check=False).returncode:
             time.sleep(0.05)
         child.send_signal(signal.SIGINT)
         assert child.wait(timeout=5) == 3
