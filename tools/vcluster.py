@@ -729,19 +729,39 @@ class VirtualCluster:
         sh(["nsenter", f"--net=/run/netns/{host.netns}", "unshare", f"--mount={host.mnt_ns}",
             f"--uts={host.uts_ns}", "--propagation", "private", "sh", "-c", script])
 
-    def _make_cpu_cgroup(self, host: Host) -> None:
-        for path in cpu_cgroup_dirs(host.name):
+    def _make_cgroups(self, host: Host, paths: list[Path], controller: str) -> bool:
+        """Make a host's cgroup directories of a controller unless they exist (on cgroup v2 one
+        directory has every controller: enable this one); True if made."""
+        if (CGROUP_ROOT / "cgroup.controllers").exists():
+            (CGROUP_ROOT / "cgroup.subtree_control").write_text(f"+{controller}")
+        if paths[0].exists():
+            return False
+        for path in paths:
             self._record("cgroup", path=str(path))
             path.mkdir()
-        if (CGROUP_ROOT / "cgroup.controllers").exists():
-            (CGROUP_ROOT / "cgroup.subtree_control").write_text("+cpu")
+        return True
+
+    def _join_cgroups(self, host: Host, paths: list[Path]) -> None:
+        """Move everything the host runs now (its sshd, so every login after) into the cgroups."""
+        for pid in sh(["ip", "netns", "pids", host.netns]).stdout.split():
+            for path in paths:
+                with contextlib.suppress(ProcessLookupError):  # one that ended meanwhile
+                    (path / "cgroup.procs").write_text(pid)
+
+    def _make_cpu_cgroup(self, host: Host) -> None:
+        self._make_cgroups(host, cpu_cgroup_dirs(host.name), "cpu")
         self.set_cpus(self.cpus, host)
 
     def set_cpus(self, cpus: float | None, host: Host | str | int | None = None) -> None:
-        """Cap a host (default: every host) at `cpus` CPUs; None lifts the cap."""
+        """Cap a host (default: every host) at `cpus` CPUs; None lifts the cap. On a cluster built
+        without cpus=, everything running in the host now (its sshd, so every login after) joins
+        a CPU cgroup of its own first, as with set_memory."""
         quota = round(cpus * CPU_PERIOD_US) if cpus is not None else None
         for h in [self.host(host)] if host is not None else self.hosts:
-            limit = cpu_cgroup_dirs(h.name)[0]
+            paths = cpu_cgroup_dirs(h.name)
+            if self._make_cgroups(h, paths, "cpu"):
+                self._join_cgroups(h, paths)
+            limit = paths[0]
             if (limit / "cpu.max").exists():
                 (limit / "cpu.max").write_text(f"{quota or 'max'} {CPU_PERIOD_US}")
             else:
@@ -755,19 +775,13 @@ class VirtualCluster:
         v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
         for h in [self.host(host)] if host is not None else self.hosts:
             path = memory_cgroup_dir(h.name)
-            if not path.exists():
-                self._record("cgroup", path=str(path))
-                path.mkdir()
-            if v2:
-                (CGROUP_ROOT / "cgroup.subtree_control").write_text("+memory")
+            self._make_cgroups(h, [path], "memory")
             (path / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(
                 str(limit) if limit is not None else ("max" if v2 else "-1"))
-            for pid in sh(["ip", "netns", "pids", h.netns]).stdout.split():
-                with contextlib.suppress(ProcessLookupError):  # one that ended meanwhile
-                    (path / "cgroup.procs").write_text(pid)
+            self._join_cgroups(h, [path])
 
     def cpu_seconds(self, host: Host | str | int) -> float:
-        """CPU time the host's processes have used (needs cpus= when the cluster was built)."""
+        """CPU time the host's processes have used (needs its CPU cgroup: cpus= or set_cpus)."""
         account = cpu_cgroup_dirs(self.host(host).name)[-1]
         if (account / "cpuacct.usage").exists():
             return int((account / "cpuacct.usage").read_text()) / 1e9

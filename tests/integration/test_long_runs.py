@@ -43,6 +43,7 @@ JOB = {"model": "mlp", "steps": 300, "batch_size": 64, "seed": 3, "checkpoint_ev
 FAULT_STEP = 100  # the first checkpoint: a resumed run repeats the fewest steps
 STALL = 10  # stall_timeout: the smallest train.yml takes
 BACKOFF = 1  # restart_backoff: seconds before a restart
+RANK_CPUS = 0.25  # a slow Mac's share of a CPU per rank, for the LoRA job's slow phases
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
 
@@ -163,11 +164,13 @@ def test_a_lora_job_slow_to_load_and_evaluate_runs_on_and_a_rank_frozen_evaluati
     """The issue's real job in small: a LoRA fine-tune on 3 ranks with the default batch whose
     load (a large train.jsonl to tokenise) and evaluation (a large valid.jsonl) each outlast the
     least stall_timeout, 10 s; rank 1, on another host than rank 0, SIGSTOPped mid-evaluation:
-    caught, resumed from the checkpoint at step 5, completed with that one restart. About 1.5
-    min (loads of about 20 s, the evaluation 19 s: 10 and 12 s of CPU per rank, 3 ranks on this
-    machine's 2 cores; detected after 12 s)."""
+    caught, resumed from the checkpoint at step 5, completed with that one restart. The hosts are
+    slow Macs, a quarter of a CPU per rank once the job has started (its hosts' CPU capped, as
+    VirtualCluster.set_cpus does): their phases last as long on a busy machine as on a quiet one,
+    and take the other tests a quarter of the CPU. About 1.5 min (loads and evaluations of about
+    20 s; detected after about 15 s)."""
     model, _ = tiny_llm
-    data = long_jsonl(tmp_path / "data", train=120000, valid=12000)
+    data = long_jsonl(tmp_path / "data", train=30000, valid=3000)
     name, launch_host, victim = "lora-phases", vc.hosts[0], vc.hosts[1]  # rank 0; ranks 1, 2
     thread, outcome = in_background(lambda: train(
         vc, tmp_path, name, model=str(model), data=str(data), np=3, steps=10, checkpoint_every=5,
@@ -176,6 +179,9 @@ def test_a_lora_job_slow_to_load_and_evaluate_runs_on_and_a_rank_frozen_evaluati
     try:
         while thread.is_alive():
             rank0, rank1 = rank_beat(vc, launch_host, name, 0), rank_beat(vc, victim, name, 1)
+            if not beats and (rank0 or rank1):  # the ranks have started: the play's tasks ran
+                for host, ranks in ((launch_host, 1), (victim, 2)):
+                    vc.set_cpus(RANK_CPUS * ranks, host)
             beats += [(time.monotonic(), b) for b in (rank0, rank1) if b]
             if frozen is None and rank1.get("phase") == "evaluating" and rank1["progress"] >= 3:
                 os.kill(rank1["pid"], signal.SIGSTOP)
@@ -183,6 +189,7 @@ def test_a_lora_job_slow_to_load_and_evaluate_runs_on_and_a_rank_frozen_evaluati
             time.sleep(0.5)
     finally:
         thread.join(timeout=1800)
+        vc.set_cpus(None)
     run, out = outcome["value"]
     assert frozen, f"rank 1 was never seen evaluating: {beats[-2:]}"
     assert run.status == "successful", run.stdout[-6000:]
