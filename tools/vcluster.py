@@ -233,6 +233,15 @@ def cpu_cgroup_dirs(name: str) -> list[Path]:
     return list(dict.fromkeys((CGROUP_ROOT / kind).resolve() / name for kind in ("cpu", "cpuacct")))
 
 
+def write_cpu_quota(path: Path, quota: int | None) -> None:
+    """Let a CPU cgroup's processes run `quota` microseconds of each period (None: no cap)."""
+    if (path / "cpu.max").exists():
+        (path / "cpu.max").write_text(f"{quota or 'max'} {CPU_PERIOD_US}")
+    else:
+        (path / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+        (path / "cpu.cfs_quota_us").write_text(str(quota or -1))
+
+
 def memory_cgroup_dir(name: str) -> Path:
     """The cgroup directory that caps a host's memory (cgroup v2's is also its CPU one)."""
     if (CGROUP_ROOT / "cgroup.controllers").exists():
@@ -729,8 +738,8 @@ class VirtualCluster:
         sh(["nsenter", f"--net=/run/netns/{host.netns}", "unshare", f"--mount={host.mnt_ns}",
             f"--uts={host.uts_ns}", "--propagation", "private", "sh", "-c", script])
 
-    def _make_cgroups(self, host: Host, paths: list[Path], controller: str) -> bool:
-        """Make a host's cgroup directories of a controller unless they exist (on cgroup v2 one
+    def _make_cgroups(self, paths: list[Path], controller: str) -> bool:
+        """Make cgroup directories of a controller unless they exist (on cgroup v2 one
         directory has every controller: enable this one); True if made."""
         if (CGROUP_ROOT / "cgroup.controllers").exists():
             (CGROUP_ROOT / "cgroup.subtree_control").write_text(f"+{controller}")
@@ -749,7 +758,7 @@ class VirtualCluster:
                     (path / "cgroup.procs").write_text(pid)
 
     def _make_cpu_cgroup(self, host: Host) -> None:
-        self._make_cgroups(host, cpu_cgroup_dirs(host.name), "cpu")
+        self._make_cgroups(cpu_cgroup_dirs(host.name), "cpu")
         self.set_cpus(self.cpus, host)
 
     def set_cpus(self, cpus: float | None, host: Host | str | int | None = None) -> None:
@@ -759,14 +768,21 @@ class VirtualCluster:
         quota = round(cpus * CPU_PERIOD_US) if cpus is not None else None
         for h in [self.host(host)] if host is not None else self.hosts:
             paths = cpu_cgroup_dirs(h.name)
-            if self._make_cgroups(h, paths, "cpu"):
+            if self._make_cgroups(paths, "cpu"):
                 self._join_cgroups(h, paths)
-            limit = paths[0]
-            if (limit / "cpu.max").exists():
-                (limit / "cpu.max").write_text(f"{quota or 'max'} {CPU_PERIOD_US}")
-            else:
-                (limit / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
-                (limit / "cpu.cfs_quota_us").write_text(str(quota or -1))
+            write_cpu_quota(paths[0], quota)
+
+    def cap_processes(self, host: Host | str | int, pids: list[int], cpus: float) -> None:
+        """Cap these processes of a host (and the threads and children they start after) at
+        `cpus` CPUs together, in a CPU cgroup of their own: the rest of what the host runs (its
+        sshd, so a play's tasks) keeps its speed. Until the cluster is removed."""
+        h = self.host(host)
+        paths = cpu_cgroup_dirs(f"{h.name}-capped")
+        self._make_cgroups(paths, "cpu")
+        for pid in pids:
+            for path in paths:
+                (path / "cgroup.procs").write_text(str(pid))
+        write_cpu_quota(paths[0], round(cpus * CPU_PERIOD_US))
 
     def set_memory(self, limit: int | None, host: Host | str | int | None = None) -> None:
         """Cap a host (default: every host) at `limit` bytes of memory, as a Mac has its RAM:
@@ -775,7 +791,7 @@ class VirtualCluster:
         v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
         for h in [self.host(host)] if host is not None else self.hosts:
             path = memory_cgroup_dir(h.name)
-            self._make_cgroups(h, [path], "memory")
+            self._make_cgroups([path], "memory")
             (path / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(
                 str(limit) if limit is not None else ("max" if v2 else "-1"))
             self._join_cgroups(h, [path])

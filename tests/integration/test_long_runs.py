@@ -25,10 +25,12 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from tests.integration.conftest import TRAIN_SLOTS
 from tests.integration.test_train_playbook import (
     failure_message,
     job_processes,
     rank_pid,
+    rank_pids,
     train,
     vc_pids,
     wait_for,
@@ -272,6 +274,12 @@ def test_ctrl_c_detaches_and_attach_follows_the_job_to_its_end(vc, tmp_path):
 def test_ctrl_c_detaches_attach_follows_stop_checkpoints(vc, tmp_path):
     play = ansible_playbook(vc, tmp_path, run_name="detached", **{**JOB, "steps": 200000})
     wait_for(lambda: at_step(vc, "detached", 100), 600, "rank 0 at step 100")
+    # The job only has to run on through the plays below: its ranks on a tenth of a CPU each
+    # leave the machine's CPU to the plays (and to the tests beside this one).
+    for host, ranks in zip(vc.hosts, TRAIN_SLOTS, strict=True):
+        pids = rank_pids(vc, host, "detached")
+        assert len(pids) == ranks, (host.name, pids)
+        vc.cap_processes(host, pids, 0.1 * ranks)
     play.send_signal(signal.SIGINT)
     play.communicate(timeout=120)
     time.sleep(5)
