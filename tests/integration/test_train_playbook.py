@@ -26,6 +26,7 @@ import pytest
 from tests.conftest import write_llm
 from tests.integration.conftest import own_reports
 from tests.integration.hf_endpoint import Hub
+from tests.train.conftest import long_jsonl
 from tools.playbook import run_playbook
 from tools.wheelhouse import ensure_wheelhouse
 
@@ -521,9 +522,11 @@ def test_a_model_bigger_than_one_host_trains_as_a_pipeline_over_three_and_surviv
     and adapters are one uninterrupted process's (tests/train/test_pipeline.py's tolerances).
     One host alone, under the same cap, is killed for memory."""
     vc = memory_capped
-    model, data = write_llm(tmp_path / "big", tmp_path / "data", shards=3, **BIG_LLM)
-    # 4 steps of about 10 s here (a step is 64 tokens through 88M parameters), a checkpoint
-    # after each: killed past the first, two steps or more before the end on any machine.
+    model, _ = write_llm(tmp_path / "big", tmp_path / "llm-data", shards=3, **BIG_LLM)
+    # Examples of 4 words: a step is 20 tokens through 88M parameters (about 3 s here, a
+    # third of write_llm's sentences'); 4 steps, a checkpoint after each: killed past the
+    # first, two steps or more before the end on any machine.
+    data = long_jsonl(tmp_path / "data", train=64, valid=16, words=4)
     job = {"steps": 4, "batch_size": 4, "lr": 1e-4, "log_every": 1, "eval_every": 0,
            "checkpoint_every": 1}
     flags = [f"--{k.replace('_', '-')}={v}" for k, v in job.items()]
