@@ -59,12 +59,18 @@ def test_no_progress_anywhere_is_a_stall_after_the_phases_limit():
     assert "rank 1 training for 30 s" in judge(watches(stuck, training), 30)
 
 
-def test_a_load_or_a_checkpoint_has_the_startup_timeout():
+def test_a_load_a_checkpoint_or_a_ranks_last_writes_have_the_startup_timeout():
     loading = refreshed("loading", 99)
     assert judge(watches(loading, loading), 99) is None
     assert "rank 0 loading for 101 s (timeout 100 s)" in judge(watches(loading, loading), 101)
     writing = refreshed("checkpointing", 99, step=40)
     assert judge(watches(writing, refreshed("training", 99, step=40)), 99) is None
+    # every rank past its last step, writing its results (its heartbeat no longer rewritten):
+    # a slow disk or a busy host, no stall until the startup timeout (the LoRA job of
+    # test_long_runs on capped hosts was restarted after 10 s before)
+    ended = [(t, beat("exiting", 50, time=1000.0)) for t in range(100)]
+    assert judge(watches(ended, ended), 99) is None
+    assert "rank 0 exiting for 101 s (timeout 100 s)" in judge(watches(ended, ended), 101)
     # before any heartbeat (Python and MPI starting): the startup timeout too
     assert judge(watches([], []), 99) is None
     assert "rank 0 not started for 101 s" in judge(watches([], []), 101)

@@ -15,10 +15,10 @@ It watches every rank's heartbeat (logs/rank.N.heartbeat on its host: {"phase", 
 "progress", "time", "pid"}, rewritten every second) and:
 - a rank whose heartbeat is not rewritten for the stall timeout is frozen, and a job whose ranks
   all go without progress for their phase's limit is stalled (training and evaluation: the
-  stall timeout per step or evaluation batch; a model load and a checkpoint: the startup
-  timeout): it names the suspect rank (stopped or missing process, unreachable host, lowest
-  step), stops the job and restarts it from the latest checkpoint; so does a launcher that exits
-  non-zero, even after DIR/summary.json;
+  stall timeout per step or evaluation batch; a model load, a checkpoint and a rank's last
+  writes: the startup timeout): it names the suspect rank (stopped or missing process,
+  unreachable host, lowest step), stops the job and restarts it from the latest checkpoint; so
+  does a launcher that exits non-zero, even after DIR/summary.json;
 - DIR/stop (a reason word; written by `stop`, or by the daemon at --time-limit) makes every
   rank stop at one step with a checkpoint (train/ writes DIR/stopped.json); a job that has not
   stopped --stop-grace seconds later is killed;
@@ -92,10 +92,11 @@ else
 fi 2>/dev/null
 """
 REMOTE_EVERY = 5  # seconds between reads of other hosts' heartbeats (one ssh per host)
-# Phases whose work has no steady unit of progress: a model load (or download) and a checkpoint
-# write get the startup timeout in all; training and evaluation the stall timeout per step or
-# evaluation batch. None: no heartbeat yet (the launcher and Python starting).
-STARTUP_PHASES = (None, "loading", "checkpointing")
+# Phases whose work has no steady unit of progress: a model load (or download), a checkpoint
+# write and a rank's last writes (its adapters, summary and plots, on a slow disk or a busy host
+# longer than a step) get the startup timeout in all; training and evaluation the stall timeout
+# per step or evaluation batch. None: no heartbeat yet (the launcher and Python starting).
+STARTUP_PHASES = (None, "loading", "checkpointing", "exiting")
 
 
 def failed_rank(text):
