@@ -1,7 +1,8 @@
 """The virtual clusters the integration tests share, each built and set up once per session and
 torn down at its end, also on failure (setting one up takes minutes on a shared 2-core machine):
 train_cluster, the bridge cluster train.yml's, check.yml's and bench.yml's tests run on,
-cable_ring, the 3-host cable ring of test_cables.py and test_cables_run.py, and fresh_install,
+cable_ring, the 3-host cable ring of test_cables.py and test_cables_run.py (and
+test_pinned_env.py's, which needs hosts set up from the wheelhouse), and fresh_install,
 Molecule four-users' cluster with a login per host that test_setup.py, test_ssh_mesh.py and
 test_molecule.py see set up from nothing. A test that breaks something on one undoes it before it
 ends."""

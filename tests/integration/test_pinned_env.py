@@ -1,6 +1,7 @@
 """Hosts set up on different days get the same versions: python_env installs requirements.lock's.
 
-On train_cluster (set up from the wheelhouse), newer releases of tqdm and mlx-lm are "published"
+On the session's cable_ring (3 hosts set up from the wheelhouse; the train cluster's worker is
+the busier of `make test`'s two), newer releases of tqdm and mlx-lm are "published"
 next to the wheelhouse; then a host is set up again ("next month", a fresh environment) from the
 wheelhouse plus those releases. It gets the locked versions, the same as the hosts set up before;
 a host whose environment drifted to the newer release is put back by the next run.
@@ -54,8 +55,8 @@ def versions(vc, host, env: str) -> dict[str, str]:
     return json.loads(done.stdout)
 
 
-def test_a_host_set_up_after_a_newer_release_gets_the_locked_versions(train_cluster, tmp_path):
-    vc = train_cluster
+def test_a_host_set_up_after_a_newer_release_gets_the_locked_versions(cable_ring, tmp_path):
+    vc = cable_ring.vc
     early, late = vc.hosts[0], vc.hosts[-1]
     lock = load("roles/python_env/filter_plugins/lock.py")
     locked = {e["name"]: e["version"] for e in lock.parse_lock(LOCK.read_text())}
