@@ -51,6 +51,7 @@ class Settings:
     out: Path = Path("runs/train")
     resume: bool = False
     eval_every: int = 100
+    eval_batches: int = 0
     checkpoint_every: int = 100
     # MLX's; smaller ones were slower (benchmarks/results/mpi_allreduce-1gbit-buckets-*)
     grad_bucket_bytes: int = 32 * 1024**2
@@ -179,6 +180,9 @@ def parser():
         "(starts fresh if there is none)")
     add("--eval-every", type=count(0, STEPS_MAX), metavar="K", help="evaluate every K steps and "
         "at the end; 0: only at the end (default: %(default)s)")
+    add("--eval-batches", type=count(0, STEPS_MAX), metavar="B", help="evaluate on the first B "
+        "global batches of the evaluation split (the same examples on any number of ranks), as "
+        "mlx-lm's val_batches; 0: all of it (default: %(default)s)")
     add("--checkpoint-every", type=count(0, STEPS_MAX), metavar="K", help="checkpoint every K "
         "steps and at the end; 0: only at the end (default: %(default)s)")
     add("--grad-bucket-bytes", type=count(0, BUCKET_MAX), metavar="N", help="average the "

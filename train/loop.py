@@ -65,11 +65,11 @@ def weighted_loss(model, inputs, targets, weights, scale):
     return (nn.losses.cross_entropy(logits, targets) * weights).sum() * scale
 
 
-def evaluate(model, split, batch_size, group, heartbeat):
-    """(loss, accuracy) over the whole split; each rank takes every world-size-th example and
-    moves the heartbeat's progress on at each batch."""
+def evaluate(model, split, examples, batch_size, group, heartbeat):
+    """(loss, accuracy) over the split's first `examples`; each rank takes every world-size-th
+    of them and moves the heartbeat's progress on at each batch."""
     totals = mx.zeros(3)  # loss sum, correct targets, targets
-    mine = np.arange(group.rank(), len(split), group.size())
+    mine = np.arange(group.rank(), examples, group.size())
     for i in range(0, len(mine), batch_size):
         inputs, targets, weights = map(mx.array, split[mine[i : i + batch_size]])
         logits = model(inputs).astype(mx.float32)
@@ -82,11 +82,19 @@ def evaluate(model, split, batch_size, group, heartbeat):
     return loss / count, correct / count
 
 
+def eval_examples(args, split):
+    """How many of the split's examples an evaluation takes: its first eval_batches global
+    batches, the same examples on any number of ranks; all of them for 0."""
+    return min(len(split), args.eval_batches * args.batch_size) if args.eval_batches else len(split)
+
+
 def evaluation(args, model, stage, split, group, heartbeat):
-    """(loss, accuracy) over split: the model's, or the pipeline's through its stages."""
+    """(loss, accuracy) over split's eval_examples: the model's, or the pipeline's through its
+    stages."""
+    examples = eval_examples(args, split)
     if stage is None:
-        return evaluate(model, split, args.batch_size, group, heartbeat)
-    return pipeline.evaluate(stage, split, args.batch_size, group, heartbeat)
+        return evaluate(model, split, examples, args.batch_size, group, heartbeat)
+    return pipeline.evaluate(stage, split, examples, args.batch_size, group, heartbeat)
 
 
 def finished(args, group):
@@ -198,8 +206,11 @@ def run(args, group):
         progress = report.Progress(start, args.steps, bar=not distributed.launcher_sizes())
         trainable = (sum(v.size for _, v in tree_flatten(model.trainable_parameters()))
                      if stage is None else stage.trainable)
+        examples = eval_examples(args, test)
+        evaluated = f", the first {examples} evaluated" if examples < len(test) else ""
         progress.write(f"{args.model} ({trainable:,} trainable parameters) on {args.dataset} "
-                       f"({len(train)} train / {len(test)} eval examples), {world} rank(s), "
+                       f"({len(train)} train / {len(test)} eval examples{evaluated}), "
+                       f"{world} rank(s), "
                        f"{cli.describe_batch(args, world)}, "
                        f"steps {start + 1}..{args.steps}")
 

@@ -262,11 +262,11 @@ def over_replicas(stage, grads, group):
     return tree_map_with_path(lambda name, grad: summed.get(name, grad), grads)
 
 
-def evaluate(stage, split, batch_size, group, heartbeat):
-    """(loss, accuracy) over the whole split, each replica's share (every R-th example) through
-    its pipeline; the heartbeat's progress moves on at each batch."""
+def evaluate(stage, split, examples, batch_size, group, heartbeat):
+    """(loss, accuracy) over the split's first `examples`, each replica's share (every R-th
+    of them) through its pipeline; the heartbeat's progress moves on at each batch."""
     totals = mx.zeros(3)  # loss sum, correct targets, targets: the last stages'
-    mine = np.arange(stage.replica, len(split), stage.replicas)
+    mine = np.arange(stage.replica, examples, stage.replicas)
     for i in range(0, len(mine), batch_size):
         inputs, targets, weights = map(mx.array, split[mine[i : i + batch_size]])
         h = inputs if stage.first else stage.receive(*inputs.shape, -1, group)

@@ -4,10 +4,11 @@ vars of train.yml (roles/launch/filter_plugins/launch.py loads this file by its 
 import re
 
 # Names people reach for that mean one of ours: mlx-lm's (the keys of its lora config file: iters,
-# learning_rate, steps_per_report, steps_per_eval, save_every), and epochs (we count steps).
+# learning_rate, steps_per_report, steps_per_eval, val_batches, save_every), and epochs (we count
+# steps).
 ALIASES = {"learningrate": "lr", "iters": "steps", "iterations": "steps", "epochs": "steps",
            "epoch": "steps", "stepsperreport": "log_every", "stepspereval": "eval_every",
-           "saveevery": "checkpoint_every"}
+           "valbatches": "eval_batches", "saveevery": "checkpoint_every"}
 
 
 def key(name):

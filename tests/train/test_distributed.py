@@ -63,8 +63,9 @@ def test_two_ranks_train_what_one_process_trains(tmp_path, bucket):
 
 
 def test_three_ranks_split_the_default_batch_unevenly_and_train_what_one_process_trains(tmp_path):
-    """64 over 3 ranks: 22/21/21 rows, each rank's loss weighed by the whole batch."""
-    settings = ("--steps", "20", "--log-every", "10", "--eval-every", "0")
+    """64 over 3 ranks: 22/21/21 rows, each rank's loss weighed by the whole batch. Evaluated on
+    the first 2 global batches, the same 128 examples on 3 ranks as on one."""
+    settings = ("--steps", "20", "--log-every", "10", "--eval-every", "0", "--eval-batches", "2")
     one, outs = tmp_path / "one", [tmp_path / f"rank{r}" for r in range(3)]
     run(train_cmd(*settings, "--out", one))
     result = run(mpirun_cmd(*(train_cmd(*settings, "--out", out) for out in outs)))
@@ -73,7 +74,10 @@ def test_three_ranks_split_the_default_batch_unevenly_and_train_what_one_process
     for name in single:
         np.testing.assert_allclose(triple[name], single[name], rtol=1e-4, atol=1e-5, err_msg=name)
     assert summary(outs[0])["world_size"] == 3
-    assert "3 rank(s), global batch 64 (22/21/21 per rank), steps 1..20" in result.stdout
+    assert summary(outs[0])["eval_loss"] == pytest.approx(summary(one)["eval_loss"], rel=1e-4)
+    assert summary(outs[0])["eval_accuracy"] == summary(one)["eval_accuracy"]
+    assert ("eval examples, the first 128 evaluated), 3 rank(s), global batch 64 (22/21/21 per "
+            "rank), steps 1..20") in result.stdout
     assert not outs[1].exists() and not outs[2].exists()
 
 

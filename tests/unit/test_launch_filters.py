@@ -652,6 +652,7 @@ def test_the_model_sources_are_the_request_tables():
      ("every", "eval_every, checkpoint_every or log_every"),
      # mlx-lm's names (its lora config file's keys)
      ("steps_per_eval", "eval_every"), ("save_every", "checkpoint_every"),
+     ("val_batches", "eval_batches"),
      ("steps_per_report", "log_every")],
 )
 def test_misspelt_options_name_the_one_meant(name, meant):
