@@ -254,15 +254,17 @@ def test_preflight_names_a_host_the_launch_host_cannot_reach(cluster, tmp_path):
     assert started == [], "the job started despite the failed preflight"
 
 
-def test_ring_backend_completes_and_reports_a_killed_rank(cluster, tmp_path):
+def test_ring_backend_trains_over_bridge0_and_reports_a_killed_rank(cluster, tmp_path):
+    """The ring over bridge0 (hosts.json) forms the 4 ranks and trains; a killed rank ends it,
+    named. (A ring job's end: the network=management test's ring run.)"""
     vc = cluster
-    run, out = train(vc, tmp_path, "ring", model="mlp", steps=30, backend="ring")
-    assert run.status == "successful", run.stdout[-6000:]
-    assert json.loads((out / "summary.json").read_text())["world_size"] == 4
-
     victim = vc.hosts[1].name  # ranks 1 and 2
     run, _ = kill_rank_mid_run(vc, tmp_path, "ring-killed", victim, backend="ring",
                                max_restarts=0)
+    out = tmp_path / "runs" / "ring-killed"
+    launch = " ".join((out / "command.sh").read_text().replace("\\\n", " ").split())
+    assert "/mlx.launch --hostfile " in launch and "/hosts.json " in launch, launch
+    assert "4 rank(s)" in (out / "logs" / "rank.0.log").read_text()
     assert run.status == "failed"
     message = failure_message(run)
     # mlx.launch reports only the first rank to end, then stops the others: a loaded machine may
@@ -296,10 +298,11 @@ def rx_bytes(vc):
 
 
 def staged_launch(vc, tmp_path, name, corpus, **extravars):
-    """A short gpt run on corpus; the run and the bytes each interface received during it."""
+    """A short gpt run on corpus, evaluated on one batch; the run and the bytes each interface
+    received during it."""
     before = rx_bytes(vc)
     run, out = train(vc, tmp_path, name, model="gpt", dataset="text", data=str(corpus),
-                     steps=4, batch_size=8, **extravars)
+                     steps=4, batch_size=8, eval_batches=1, **extravars)
     assert run.status == "successful", run.stdout[-6000:]
     after = rx_bytes(vc)
     return run, out, {key: after[key] - before[key] for key in after}
@@ -340,7 +343,8 @@ def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):
     digest = hashlib.sha256(corpus.read_bytes()).hexdigest()
     launch_host, others = vc.hosts[0].name, [h.name for h in vc.hosts[1:]]
     first, out, staged = staged_launch(vc, tmp_path, "staged", corpus, report_to="tensorboard")
-    assert "--data=data/corpus.txt" in (out / "command.sh").read_text()
+    command = (out / "command.sh").read_text()
+    assert "--data=data/corpus.txt" in command and "--eval-batches=1" in command, command
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))  # rank 0's, fetched
     assert json.loads((out / "summary.json").read_text())["world_size"] == 4
     assert words(first.stdout).count("corpus.txt: not there: sending it again") == 3, first.stdout
