@@ -44,9 +44,9 @@ launch = load("roles/launch/filter_plugins/launch.py")
 page = load("roles/launch/filter_plugins/page.py")
 SETTINGS = ("--batch-size", "32", "--checkpoint-every", "100", "--log-every", "100",
             "--eval-every", "0")
-# Long enough that a fault injected a few seconds in (a supervisor replaced, then a rank frozen)
-# lands mid-run, not in the final checkpoint: about 300 steps a second here, 10 s in all.
-STEPS = 3000
+# Long enough that a fault injected at step 150 or 450 lands mid-run, not in the final checkpoint:
+# about 300 steps a second here, 3 s in all (the test that needs more time pauses the ranks).
+STEPS = 1000
 STALL = 10  # --stall-timeout of these tests, seconds: the least the supervisor takes
 names = itertools.count()
 
@@ -516,13 +516,20 @@ def test_a_killed_supervisor_is_replaced_and_a_later_fault_is_still_caught(jobs,
     job, other = jobs("spof"), jobs("other")
     job.start()
     before = job.wait_step(150)
+    # The ranks wait (for less than the stall timeout) while the keeper replaces the supervisor:
+    # here the job would otherwise reach its end first.
+    ranks = [job.rank_pid(rank) for rank in (0, 1)]
+    for pid in ranks:
+        os.kill(pid, signal.SIGSTOP)
     os.kill(before["supervisor_pid"], signal.SIGKILL)
     killed = time.time()
     refused = supervisor("start", "--run-dir", other.dir, "--lock", job.lock, check=False)
     assert refused.returncode == 3 and "already running" in refused.stderr  # the keeper's lock
 
-    adopted = job.wait(lambda j: j["supervisor_pid"] != before["supervisor_pid"], 10)
+    adopted = job.wait(lambda j: j["supervisor_pid"] != before["supervisor_pid"], 5)
     print(f"\nkill -9 of the supervisor: another one after {time.time() - killed:.1f} s")
+    for pid in ranks:
+        os.kill(pid, signal.SIGCONT)
     assert adopted["launcher_pid"] == before["launcher_pid"] and alive(adopted["supervisor_pid"])
     job.wait_step(adopted["last_step"] + 100)  # the new supervisor reads the progress
     frozen = job.rank_pid(1)
