@@ -1,4 +1,5 @@
-"""Hosts set up on different days get the same versions: python_env installs requirements.lock's.
+"""Hosts set up on different days get the same versions: python_env installs requirements.lock's,
+and train.yml's preflight (and check.yml) names a host whose versions differ anyway.
 
 On the session's cable_ring (3 hosts set up from the wheelhouse; the train cluster's worker is
 the busier of `make test`'s two), newer releases of tqdm and mlx-lm are "published"
@@ -10,12 +11,17 @@ a host whose environment drifted to the newer release is put back by the next ru
 import base64
 import hashlib
 import json
+import re
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from tests.integration.conftest import own_reports
+from tests.integration.test_train_playbook import START_TASK, failure_message, train
 from tests.unit.plugins import load
 from tools.playbook import run_playbook
 from tools.wheelhouse import LOCK, ensure_wheelhouse, offline_pip_args
@@ -98,3 +104,41 @@ def test_a_host_set_up_after_a_newer_release_gets_the_locked_versions(cable_ring
     finally:
         vc.run(late, f"rm -rf {late_env}", user=late.user)
         shutil.rmtree(newer, ignore_errors=True)
+
+
+def test_preflight_names_a_host_with_another_version_of_a_shared_package(cable_ring, tmp_path):
+    """mlx-lm one release older on one host (a host set up on another day): the job is not
+    started, and the message names that host and its version."""
+    vc = cable_ring.vc
+    odd = vc.hosts[2]
+    pip = "mlx-cluster/venv/bin/pip install --no-index --no-deps --force-reinstall"
+    installed = vc.run(odd, "mlx-cluster/venv/bin/python -c 'import importlib.metadata as m; "
+                       "print(m.version(\"mlx-lm\"))'", user=odd.user).stdout.strip()
+    older = Path(ensure_wheelhouse()).parent / "older-releases"  # readable by every host
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                    "--only-binary=:all:", "--dest", str(older), f"mlx-lm<{installed}"],
+                   check=True, timeout=300)
+    for path in (older, *older.iterdir()):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    vc.run(odd, f"{pip} --find-links={older} 'mlx-lm<{installed}'", user=odd.user)
+    try:
+        run, _ = train(vc, tmp_path, "odd-version", steps=5)
+        check = run_playbook("check.yml", vc.inventory, tmp_path / "check", cmdline="--tags python",
+                             extravars=own_reports(tmp_path))
+    finally:
+        vc.run(odd, f"{pip} --find-links={ensure_wheelhouse()} 'mlx-lm=={installed}'",
+               user=odd.user)
+    assert run.status == "failed"
+    message = failure_message(run)
+    assert re.search(rf"mlx-lm differs between hosts \({odd.name}: [0-9.]+; the others: "
+                     rf"{re.escape(installed)}\)", message), message
+    assert [e for e in run.task_results() if e.get("task") == START_TASK] == []
+    # check.yml names the same host and package in report.json
+    [facts] = [e["event_data"]["res"]["ansible_facts"] for e in check.events
+               if e.get("event") == "runner_on_ok"
+               and e["event_data"].get("task") == "Collect the rows of every host"]
+    report = json.loads((Path(facts["doctor_run_dir"]) / "report.json").read_text())
+    differs = [r for r in report if r["check"] == "python_env" and not r["ok"]]
+    assert [r["host"] for r in differs] == [odd.name], report
+    assert "+mlx-lm==" in differs[0]["detail"] and f"-mlx-lm=={installed}" in differs[0]["detail"]
+    assert "setup.yml" in differs[0]["fix"]

@@ -1,5 +1,6 @@
 """setup.yml --tags <role> runs that role (with its verification) and nothing else but the
-always-on validation. Uses train.yml's shared cluster (conftest.py): ssh_mesh is idempotent."""
+always-on validation. On the session's cable ring (conftest.py; the train cluster's worker is the
+busier of `make test`'s two): ssh_mesh is idempotent, its logins over the cables' addresses."""
 
 from pathlib import Path
 
@@ -11,8 +12,8 @@ from tools.playbook import run_playbook
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
-def test_setup_tags_ssh_mesh_runs_only_the_ssh_mesh_role(train_cluster, tmp_path):
-    vc = train_cluster
+def test_setup_tags_ssh_mesh_runs_only_the_ssh_mesh_role(cable_ring, tmp_path):
+    vc = cable_ring.vc
     host = vc.hosts[1]
     pins = f"{host.home}/.ssh/mlx_cluster_known_hosts"
     vc.run(host.name, ["rm", pins])  # something only ssh_mesh puts back
@@ -34,8 +35,8 @@ def test_setup_tags_ssh_mesh_runs_only_the_ssh_mesh_role(train_cluster, tmp_path
     assert vc.run(host.name, ["cat", pins]).stdout.strip()
 
 
-def test_check_tags_ssh_reports_only_the_ssh_rows(train_cluster, tmp_path):
-    vc = train_cluster
+def test_check_tags_ssh_reports_only_the_ssh_rows(cable_ring, tmp_path):
+    vc = cable_ring.vc
     run = run_playbook("check.yml", vc.inventory, tmp_path / "ssh", cmdline="--tags ssh",
                        extravars=own_reports(tmp_path))
 
