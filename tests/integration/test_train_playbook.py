@@ -513,6 +513,30 @@ def memory_capped(cluster):
 HOST_MEMORY = 420 << 20
 
 
+def one_process(model, data, job, out):
+    """The reference of a pipeline run: job's fine-tune of model on data in one process on the
+    controller, started (its Popen: it runs meanwhile)."""
+    flags = [f"--{k.replace('_', '-')}={v}" for k, v in job.items()]
+    return subprocess.Popen([sys.executable, "-m", "train", "--model", str(model), "--data",
+                             str(data), *flags, "--out", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def assert_trains_like(out, local, steps):
+    """The run in out has the losses and adapters of the one process in local
+    (tests/train/test_pipeline.py's tolerances)."""
+    piped_losses, losses = ([r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
+                            for lines in ((o / "metrics.jsonl").read_text().splitlines()
+                                          for o in (out, local)))
+    assert len(piped_losses) == steps
+    np.testing.assert_allclose(piped_losses, losses, rtol=5e-5)
+    piped, single = ({k: np.array(v) for k, v in mx.load(str(path)).items()}
+                     for path in (o / "adapters" / "adapters.safetensors" for o in (out, local)))
+    assert piped.keys() == single.keys()
+    for key in single:
+        np.testing.assert_allclose(piped[key], single[key], rtol=0, atol=1e-4, err_msg=key)
+
+
 def test_a_model_bigger_than_one_host_trains_as_a_pipeline_over_three_and_survives_a_kill(
         memory_capped, tmp_path):
     """-e parallel=pipeline on the 4 slots of the 3 hosts, stages 4,2,2,4: a third of BIG_LLM's
@@ -531,11 +555,8 @@ def test_a_model_bigger_than_one_host_trains_as_a_pipeline_over_three_and_surviv
     data = long_jsonl(tmp_path / "data", train=64, valid=16, words=4)
     job = {"steps": 4, "batch_size": 4, "lr": 1e-4, "log_every": 1, "eval_every": 0,
            "checkpoint_every": 1}
-    flags = [f"--{k.replace('_', '-')}={v}" for k, v in job.items()]
-    local = tmp_path / "local"  # the reference, meanwhile, on the controller
-    reference = subprocess.Popen([sys.executable, "-m", "train", "--model", str(model), "--data",
-                                  str(data), *flags, "--out", local],
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    local = tmp_path / "local"
+    reference = one_process(model, data, job, local)
     name, victim = "pipeline", vc.hosts[2].name  # rank 3, the last stage
     started = time.monotonic()
     outcome = {}
@@ -567,16 +588,7 @@ def test_a_model_bigger_than_one_host_trains_as_a_pipeline_over_three_and_surviv
     assert summary["world_size"] == 4 and 1 <= summary["resumed_from_step"] < 4, summary
 
     assert reference.wait(timeout=600) == 0, reference.stderr[-3000:]
-    piped_losses, losses = ([r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"]
-                            for lines in ((o / "metrics.jsonl").read_text().splitlines()
-                                          for o in (out, local)))
-    assert len(piped_losses) == 4
-    np.testing.assert_allclose(piped_losses, losses, rtol=5e-5)
-    piped, single = ({k: np.array(v) for k, v in mx.load(str(path)).items()}
-                     for path in (o / "adapters" / "adapters.safetensors" for o in (out, local)))
-    assert piped.keys() == single.keys()
-    for key in single:
-        np.testing.assert_allclose(piped[key], single[key], rtol=0, atol=1e-4, err_msg=key)
+    assert_trains_like(out, local, job["steps"])
     shards = sorted(p.name for p in model.glob("model-*.safetensors"))
     others = sorted({p.name for p in model.iterdir()} - set(shards))  # config, tokenizer, index
     for host, held in zip(vc.hosts, (shards, shards[1:2], shards[2:]), strict=True):
@@ -606,6 +618,33 @@ def test_a_model_bigger_than_one_host_trains_as_a_pipeline_over_three_and_surviv
     assert run.status == "failed"
     message = failure_message(run)
     assert f"rank 0 on {vc.hosts[0].name}: killed by signal 9" in message, message
+    assert job_processes(vc) == {h.name: [] for h in vc.hosts}
+
+
+def test_replicas_of_a_pipeline_train_across_the_hosts_as_one_process(cluster, tmp_path):
+    """-e parallel=pipeline -e stages=2,2 on the 4 slots: two replicas of a 2-stage pipeline,
+    rank r stage r % 2 (ranks 0 and 2, stage 0, on hosts 1 and 2; ranks 1 and 3, stage 1, on
+    hosts 2 and 3), each replica on half of every batch and each stage's gradients summed over
+    its replicas across the hosts: one process's losses and adapters. The weights in 2 files, a
+    stage's each: the host of rank 3 alone (stage 1) is sent only the second."""
+    vc = cluster
+    model, data = write_llm(tmp_path / "deep", tmp_path / "llm-data", shards=2,
+                            num_hidden_layers=4, tie_word_embeddings=False)
+    job = {"steps": 2, "batch_size": 4, "lr": 1e-3, "log_every": 1, "eval_every": 0}
+    local = tmp_path / "local"
+    reference = one_process(model, data, job, local)
+    run, out = train(vc, tmp_path, "replicas", model=str(model), data=str(data),
+                     parallel="pipeline", stages="2,2", **job)
+    assert run.status == "successful", run.stdout[-6000:]
+    assert ("global batch 4 over 2 replicas, each in 2 micro-batches through 2 stage(s)"
+            in (out / "logs" / "rank.0.log").read_text())
+    assert json.loads((out / "summary.json").read_text())["world_size"] == 4
+    assert reference.wait(timeout=600) == 0, reference.stderr[-3000:]
+    assert_trains_like(out, local, job["steps"])
+    first, second = sorted(p.name for p in model.glob("model-*.safetensors"))
+    last = vc.hosts[2]
+    listed = vc.run(last, "ls mlx-cluster/models/deep", user=last.user).stdout.split()
+    assert second in listed and first not in listed, listed
     assert job_processes(vc) == {h.name: [] for h in vc.hosts}
 
 
