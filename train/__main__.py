@@ -18,6 +18,7 @@ def main(argv=None):
         sys.exit(command.run(args))
     from . import distributed, loop  # MLX: only for training
 
+    distributed.first_out_of_memory()
     group = distributed.init()
     with distributed.stop_all_on_error(group):
         distributed.check_size(group)

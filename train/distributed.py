@@ -1,12 +1,12 @@
 """Joining the launcher's world, and sharing rank 0's state with the other ranks."""
 
+import contextlib
 import functools
 import itertools
 import json
 import os
 import sys
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
 
 import mlx.core as mx
@@ -31,6 +31,13 @@ def launcher_sizes():
         text = Path(hostfile).read_text().strip()  # empty for a single process
         sizes["MLX_HOSTFILE"] = len(json.loads(text)) if text else 1
     return sizes
+
+
+def first_out_of_memory():
+    """Linux: this rank is the first process a host out of memory loses (the ranks hold the
+    memory), before its launcher and the supervisor that restarts the job. Nothing elsewhere."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/oom_score_adj").write_text("1000")
 
 
 def init():
@@ -69,7 +76,7 @@ def check_size(group):
                          "(MLX_MPI_LIBNAME)")
 
 
-@contextmanager
+@contextlib.contextmanager
 def stop_all_on_error(group):
     """A rank that fails leaves at once. A normal exit would run MPI_Finalize, which waits for
     the ranks still training, and the whole job would hang instead of being stopped by mpirun."""

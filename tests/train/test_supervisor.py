@@ -257,7 +257,11 @@ def test_killed_rank_is_restarted(jobs, uninterrupted):
     job = jobs("killed")
     job.start()
     job.wait_step(150)
-    os.kill(job.rank_pid(1), signal.SIGKILL)
+    victim = job.rank_pid(1)
+    # A host out of memory (Linux) loses a rank first: the ranks hold the memory, the launcher
+    # (the oom test) second, and the supervisor, which restarts them, last.
+    assert Path(f"/proc/{victim}/oom_score_adj").read_text() == "1000\n"
+    os.kill(victim, signal.SIGKILL)
     fault = time.time()
 
     done = job.wait_end(120)
@@ -597,14 +601,20 @@ def test_stop_of_a_job_whose_keeper_and_supervisor_died_is_graceful(jobs):
 
 def test_a_lost_job_says_what_its_launcher_said_of_the_failed_rank(jobs):
     """The kernel's OOM killer, freeing a killed rank's memory too slowly, went on to kill the
-    keeper and the supervisor (seen in a capped cluster test): the launcher, which outlived them,
-    reported the rank, and status still tells it."""
+    keeper and the supervisor (seen in a capped cluster test). The job's processes are the
+    kernel's first choice; if the keeper and supervisor die all the same, the launcher, which
+    outlived them, reported the rank, and status still tells it."""
     job = jobs("oom")
     (job.dir / "command.sh").write_text(
-        "sleep 3; echo 'mpirun noticed that process rank 1 with PID 0 on node h1 exited on "
-        "signal 9 (Killed).'; exit 137\n")
+        "cat /proc/self/oom_score_adj >oom_score_adj; sleep 3; echo 'mpirun noticed that process "
+        "rank 1 with PID 0 on node h1 exited on signal 9 (Killed).'; exit 137\n")
     job.start("--max-restarts", 0)
     before = job.wait(lambda j: j["launcher_pid"] is not None, 10)
+    ours = Path("/proc/self/oom_score_adj").read_text()
+    assert [Path(f"/proc/{pid}/oom_score_adj").read_text()
+            for pid in (job.pid, before["supervisor_pid"])] == [ours, ours]
+    job.wait(lambda j: (job.dir / "oom_score_adj").exists(), 10)
+    assert (job.dir / "oom_score_adj").read_text() == "500\n"
     for pid in (job.pid, before["supervisor_pid"]):
         os.kill(pid, signal.SIGKILL)
     [row] = json.loads(supervisor("status", "--runs-dir", job.dir.parent, "--json").stdout)

@@ -59,6 +59,13 @@ BACKOFF_CAP = 300  # seconds: the longest wait before a restart
 MAX_RESTARTS = 100  # --max-restarts' bound
 DAY, YEAR = 86400, 365 * 86400
 STOP_GRACE = 120  # seconds a stop gives the ranks to reach a step and checkpoint there
+# The launcher's shell: on Linux the job's processes (mpirun, its daemons, the ranks on this
+# host inherit it; each rank then raises its own to 1000) are what the OOM killer takes before
+# the supervisor and keeper. A killed rank's memory is freed slowly, and a kernel still short of
+# it must take the launcher next, not the supervisor, which restarts the job (unprivileged
+# processes may raise their score; macOS has no /proc and jetsam instead).
+LAUNCHER_SHELL = ('{ echo 500 >/proc/self/oom_score_adj; } 2>/dev/null; '
+                  '"$@"; code=$?; echo $code >launcher.exit; exit $code')
 KEEPER_RESTARTS = 5  # supervisors a keeper starts again within KEEPER_WINDOW s before it gives up
 KEEPER_WINDOW = 600
 NOTIFY_TIMEOUT = 30  # seconds a notifier may run; then its process group is killed
@@ -712,7 +719,7 @@ class Supervisor:
             # Through sh, which leaves the exit code in a file: a supervisor that adopts this
             # launcher after this one died cannot wait() for a process that is not its child.
             self.proc = subprocess.Popen(
-                ["sh", "-c", '"$@"; code=$?; echo $code >launcher.exit; exit $code', "sh", *cmd],
+                ["sh", "-c", LAUNCHER_SHELL, "sh", *cmd],
                 cwd=self.dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True)
         self.update(state="starting", **identity("launcher", self.proc.pid),
