@@ -4,6 +4,8 @@ parsed from real outputs of Linux and macOS), and the back-off before a restart.
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +27,27 @@ LSTART = "Thu Nov  6 08:45:00 2025\n"
 def test_the_start_time_is_field_22_of_proc_stat_whatever_the_command_name():
     assert supervisor.stat_start(STAT) == "90683"
     assert supervisor.stat_start(ZOMBIE) is None  # exited: not running, whoever reaps it
+
+
+def test_how_a_zombie_ended_is_its_wait_status_in_proc_stat():
+    """A rank killed while its launcher died too is left a zombie: the supervisor names its end
+    from its wait status (the recorded zombie: `true`; then real ones of this host)."""
+    assert supervisor.stat_end(STAT) is None  # it runs
+    assert supervisor.stat_end(ZOMBIE) == "exited with code 0"
+    children = [subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sh", "-c", "exit 3"])]
+    children[0].kill()
+    try:
+        ends = []
+        for child in children:
+            deadline = time.monotonic() + 10
+            while not (end := supervisor.stat_end(Path(f"/proc/{child.pid}/stat").read_text())):
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            ends.append(end)
+        assert ends == ["killed by signal 9", "exited with code 3"]
+    finally:
+        for child in children:
+            child.wait()
 
 
 def test_macos_start_time_from_ps_lstart():

@@ -177,6 +177,25 @@ def stat_start(text):
     return None if state == "Z" else fields[18]
 
 
+def stat_end(text):
+    """How a zombie in a Linux /proc/PID/stat line ended ("killed by signal 9", "exited with
+    code 3": its wait status, the 52nd field), None for a process that runs."""
+    state, *fields = text.rsplit(")", 1)[1].split()
+    if state != "Z":
+        return None
+    status = int(fields[48])
+    signalled = status & 0x7F
+    return f"killed by signal {signalled}" if signalled else f"exited with code {status >> 8}"
+
+
+def zombie_end(pid):
+    """stat_end of process pid of this host (Linux), None elsewhere or once it is reaped."""
+    try:
+        return stat_end(Path(f"/proc/{int(pid)}/stat").read_text())
+    except OSError:
+        return None
+
+
 def lstart(text):
     """The start time in macOS's `ps -o lstart= -p PID` ("Thu Nov  6 08:45:00 2026"), None when
     ps printed nothing (no such process)."""
@@ -897,7 +916,7 @@ class Supervisor:
             beats, states, ahead, _ = read
             for h, beat in zip(hosts, beats, strict=True):
                 evidence.append(self.judge_rank(h["rank"], beat if self.this_launch(beat, ahead)
-                                                else None, states))
+                                                else None, states, address == "local"))
         steps = [-e[1] for e in evidence if e[0] == 0]
         if steps and min(steps) < max(steps):
             evidence = [(1, e[1], e[2], f"{e[3]}, behind the others (at step {max(steps)})")
@@ -910,13 +929,19 @@ class Supervisor:
         host), by the clock of its host, ahead seconds ahead of this one's."""
         return beat is not None and beat["time"] >= self.launched_wall + ahead - 5
 
-    def judge_rank(self, rank, beat, states):
+    def judge_rank(self, rank, beat, states, local):
         if not beat:
             return 2, 0, rank, "no heartbeat since this launch"
         pid, step = str(beat["pid"]), beat["step"]
         state = states.get(pid)
         if state is None:
             return 3, -step, rank, f"process {pid} is gone (last at step {step})"
+        # A zombie here whose launcher died too (the kernel, short of memory, killed both): how
+        # it ended is still on record (Linux), where the launcher would have said it.
+        ended = state[0] == "Z" and local and zombie_end(pid)
+        if ended:
+            return 3, -step, rank, (f"{ended} at step {step} (process {pid}, unreaped)"
+                                    + (KILLED_HINT if ended == "killed by signal 9" else ""))
         if state[0] in "TZ":
             what = "stopped" if state[0] == "T" else "a zombie"
             return 3, -step, rank, f"process {pid} is {what} (state {state.strip()}, step {step})"
