@@ -9,6 +9,7 @@ import itertools
 import json
 import re
 import struct
+import sys
 from pathlib import Path
 
 # mlx-lm's weight files (mlx_lm.utils.load_model's glob) and its tensors' names.
@@ -114,3 +115,7 @@ def lacking(model_dir, split, stage):
     wanted = parts(split, stage, tied(weight_map))
     return ({file for name, file in weight_map.items() if part(name) in wanted}
             - {path.name for path in Path(model_dir).glob(WEIGHTS)})
+
+
+if __name__ == "__main__":  # `python -c <this file> DIR`: a fetched model's tensors (roles/launch)
+    print(json.dumps(tensors(sys.argv[1])))

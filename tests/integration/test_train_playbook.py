@@ -10,7 +10,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -685,8 +684,10 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
     verified copy, the job fine-tunes it with LoRA and job.json records the commit. After the
     hub's main branch moved on, a resume asks the hub nothing, sends nothing again and trains on
     the recorded commit. With model_source: controller (hosts offline) the controller fetches the
-    new commit, once, and stages it. The model is private: both fetches use the controller's
-    HF_TOKEN, which no play prints."""
+    new commit, a model of 4 layers in 2 weight files, once, and stages it for a 4-stage
+    pipeline: split by the fetched files' headers, the host of the last stage alone is sent only
+    the second file. The model is private: both fetches use the controller's HF_TOKEN, which no
+    play prints."""
     vc = cluster
     model, data = tiny_llm
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in model.iterdir()}
@@ -715,8 +716,8 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
         assert links.stdout.split() == ["2"] * len(files), links.stdout
         hub_model = {"repo": HUB_REPO, "revision": commit}
         assert json.loads((out / "job.json").read_text())["hub_model"] == hub_model
-        moved = tmp_path / "moved"
-        shutil.copytree(model, moved)
+        moved, _ = write_llm(tmp_path / "moved", tmp_path / "moved-data", shards=2,
+                             num_hidden_layers=4, tie_word_embeddings=False)
         (moved / "README.md").write_text("a newer commit\n")
         moved_commit = hub.publish(HUB_REPO, moved)
         hub.requests.clear()
@@ -728,10 +729,15 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
         hub.requests.clear()
         monkeypatch.setenv("HF_HOME", str(tmp_path / "controller-hf"))
         third, offline = train(vc, tmp_path, "hub-offline", steps=1, model_source="controller",
-                               **job)
+                               parallel="pipeline", **job)
         assert third.status == "successful", third.stdout[-6000:]
         assert {r[-1] for r in hub.requests} == {vc.controller_ip}
-        assert hub.downloads() == dict.fromkeys([*files, "README.md"], 1)
+        assert hub.downloads() == {p.name: 1 for p in moved.iterdir()}
+        assert "--stages=1,1,1,1" in (offline / "command.sh").read_text()
+        first_file, second_file = sorted(p.name for p in moved.glob("model-*.safetensors"))
+        last = vc.hosts[2]  # rank 3's: the last stage
+        listed = vc.run(last, f"ls mlx-cluster/models/{name}", user=last.user).stdout.split()
+        assert second_file in listed and first_file not in listed, listed
         newer = json.loads((offline / "job.json").read_text())["hub_model"]
         assert newer == {"repo": HUB_REPO, "revision": moved_commit}
         assert not [run for run in (first, second, third) if token in run.stdout]

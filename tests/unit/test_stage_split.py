@@ -3,6 +3,8 @@ the launch plan both read it, and the weight files each host is sent: only those
 stages read, when the model's weights are in several files."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 from safetensors.numpy import save_file
@@ -83,3 +85,23 @@ def test_a_pipeline_host_is_sent_only_the_weight_files_of_its_stages(tmp_path):
     req = request(model=str(tmp_path / "one"), parallel="pipeline")
     assert plans.launch_plan(req, given(BRIDGE, on="b"))["skipped"] == {}
     assert not any(a.startswith("--stages") for a in plan_of(req, given(BRIDGE))["argv"])
+
+
+def test_a_hub_models_pipeline_is_split_by_the_fetched_files_headers(tmp_path):
+    """-e model=<Hugging Face id>: before the fetch no host can count its layers (every file
+    planned for every host); the launch host then prints the fetched files' tensors with
+    split.py and the plan, made again with them, splits as for a directory."""
+    names = write_model(tmp_path / "m", [2, 2, 2])
+    req = request(model="ann/deep", parallel="pipeline")
+    early = plans.launch_plan(req, given(BRIDGE, on="b"))
+    assert early["skipped"] == {} and early["stages"] is None
+    printed = subprocess.run([sys.executable, *early["split_argv"][1:], str(tmp_path / "m")],
+                             capture_output=True, text=True, check=True).stdout
+    assert json.loads(printed) == split.tensors(tmp_path / "m")
+    fetched = {"tensors": json.loads(printed)}
+    plan = plan_of(req, given(BRIDGE), **fetched)
+    assert plan["errors"] == [] and "--stages=2,2,2" in plan["argv"]
+    on_b = plan_of(req, given(BRIDGE, on="b"), **fetched)
+    assert on_b["skipped"] == {"models/ann--deep": names[:2]}
+    # Data parallel: nothing to read.
+    assert "split_argv" not in plans.launch_plan(request(model="ann/deep"), given(BRIDGE))

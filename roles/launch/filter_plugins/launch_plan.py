@@ -83,13 +83,19 @@ def launch_plan(request, given, answers=None):
     mlx_hostfile_names (the cluster role's), facts (the ranked hosts' facts, by name),
     thunderbolt_interface, probes (the cluster role's probes of every host), tree_checksums_code,
     results_dir (launch_results_dir), exit_grace (launch_exit_grace).
-    answers (tasks/preflight.yml): checks (each ranked host's launch_host_check, in rank order),
-    infos (their cluster_host_info), results (the launch host's probe results), stamp (when the
-    request was read: a new run's default name).
+    answers (launch_answers, tasks/preflight.yml): checks (each ranked host's launch_host_check,
+    in rank order), infos (their cluster_host_info), results (the launch host's probe results),
+    stamp (when the request was read: a new run's default name), tensors (a fetched Hugging Face
+    model's, as train's split.py reads them, for a pipeline: tasks/stage_inputs.yml plans again
+    with them; None before).
     """
     plan = _paths(request, given)
     plan.update(_inputs(request))
-    plan.update(_stages(request, plan, given["host"]))
+    if plan["model_hub"] and request["parallel"] == "pipeline":
+        # What prints the fetched model's tensors (tasks/stage_inputs.yml): train's split.py.
+        plan["split_argv"] = [plan["python"], "-c", (ROOT / "train/split.py").read_text(
+            encoding="utf-8")]
+    plan.update(_stages(request, plan, given["host"], (answers or {}).get("tensors")))
     plan["probes"] = _probes(request, plan, given)
     if answers is not None:
         plan.update(_answered(request, given, plan, answers))
@@ -170,23 +176,24 @@ def _inputs(request):
     return {"data_rel": data_rel, "model_rel": model_rel, "model_hub": hub, "staged": staged}
 
 
-def _stages(request, plan, host):
-    """A pipeline's split of a model directory staged from the controller whose weights are in
-    several files: stages, its layers per stage as train's split.py counts them from the files'
-    headers (passed on as --stages: a host holding some of the files cannot count them), and
-    skipped, {model_rel: the weight files no stage of this host's ranks reads}, which this host
-    is not sent (but the launch host, which relays every file to the others). Otherwise stages
-    as given and nothing skipped, as for a model that python -m train refuses to split."""
+def _stages(request, plan, host, fetched):
+    """A pipeline's split of a model whose weights are in several files: stages, its layers per
+    stage as train's split.py counts them from the files' headers (passed on as --stages: a host
+    holding some of the files cannot count them), and skipped, {model_rel: the weight files no
+    stage of this host's ranks reads}, which this host is not sent (but the launch host, which
+    relays every file to the others). The headers: a controller directory's, read here, or a
+    Hugging Face model's once fetched (fetched: their tensors; None before the fetch). Otherwise
+    stages as given and nothing skipped, as for a model that python -m train refuses to split."""
     given = {"stages": request["stages"], "skipped": {}}
-    if request["parallel"] != "pipeline" or not plan["model_rel"] or plan["model_hub"]:
+    if request["parallel"] != "pipeline" or not plan["model_rel"]:
         return given
     try:
-        files = split.tensors(request["model"])
+        files = fetched if plan["model_hub"] else split.tensors(request["model"])
         stages, replicas = split.layout(request["stages"], plan["np"])
-        counts = split.counts(files, request["stages"], stages)
+        counts = split.counts(files or {}, request["stages"], stages)
     except (OSError, ValueError, KeyError, struct.error):  # not mlx-lm's safetensors, or no split
         return given
-    if len(files) < 2 or stages * replicas != plan["np"] or min(counts) < 1:
+    if len(files or ()) < 2 or stages * replicas != plan["np"] or min(counts) < 1:
         return given
     mine = {rank % stages for rank, name in enumerate(plan["rank_hosts"]) if name == host}
     read = set().union(*(split.stage_files(files, counts, k) for k in mine))
