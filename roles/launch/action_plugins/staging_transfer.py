@@ -1,4 +1,4 @@
-"""Send the staged inputs (tasks/stage_inputs.yml) and show how far the transfers are.
+"""Send the staged inputs (tasks/send_inputs.yml) and show how far the transfers are.
 
 Ansible prints a task's result only when the task ends: gigabytes over a laptop's Wi-Fi would be
 minutes of silence. This action runs on the launch host's turn: the controller's rsyncs to the

@@ -22,7 +22,7 @@ from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import l
 supervisor = load("roles/launch/files/supervisor.py")
 
 BACKENDS = ("mpi", "ring", "jaccl", "jaccl-ring")
-# Who fetches a Hugging Face model (tasks/stage_inputs.yml).
+# Who fetches a Hugging Face model (tasks/fetch_hub.yml).
 MODEL_SOURCES = ("launch_host", "controller")
 # Backends mlx.launch starts (with a hosts.json): one rank per slot of the hostfile, no mpirun.
 MLX_LAUNCHED = ("ring", "jaccl", "jaccl-ring")

@@ -86,13 +86,13 @@ def launch_plan(request, given, answers=None):
     answers (launch_answers, tasks/preflight.yml): checks (each ranked host's launch_host_check,
     in rank order), infos (their cluster_host_info), results (the launch host's probe results),
     stamp (when the request was read: a new run's default name), tensors (a fetched Hugging Face
-    model's, as train's split.py reads them, for a pipeline: tasks/stage_inputs.yml plans again
+    model's, as train's split.py reads them, for a pipeline: tasks/fetch_hub.yml plans again
     with them; None before).
     """
     plan = _paths(request, given)
     plan.update(_inputs(request))
     if plan["model_hub"] and request["parallel"] == "pipeline":
-        # What prints the fetched model's tensors (tasks/stage_inputs.yml): train's split.py.
+        # What prints the fetched model's tensors (tasks/fetch_hub.yml): train's split.py.
         plan["split_argv"] = [plan["python"], "-c", (ROOT / "train/split.py").read_text(
             encoding="utf-8")]
     plan.update(_stages(request, plan, given["host"], (answers or {}).get("tensors")))
