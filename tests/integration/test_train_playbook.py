@@ -687,7 +687,7 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
     new commit, a model of 4 layers in 2 weight files, once, and stages it for a 4-stage
     pipeline: split by the fetched files' headers, the host of the last stage alone is sent only
     the second file. The model is private: both fetches use the controller's HF_TOKEN, which no
-    play prints."""
+    play prints. Before all, check mode names what each host lacks and does nothing."""
     vc = cluster
     model, data = tiny_llm
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in model.iterdir()}
@@ -699,6 +699,17 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
     monkeypatch.setenv("HF_TOKEN", token)
     try:
         commit = hub.publish(HUB_REPO, model)
+        # Check mode names what each host lacks, asks the hub nothing, sends and starts nothing.
+        checked = run_playbook("train.yml", vc.inventory, tmp_path / "runner-check",
+                               {"launch_results_dir": str(tmp_path / "runs"), "run_name": "hub",
+                                "parallel": "pipeline", **job}, cmdline="--check --diff")
+        assert checked.status == "successful", checked.stdout[-6000:]
+        assert "Name the copies that differ from the controller's" in checked.stdout
+        assert hub.requests == []
+        for host in vc.hosts:
+            made = vc.run(host, f"ls -d mlx-cluster/models/{name} mlx-cluster/runs/hub; true",
+                          user=host.user).stdout
+            assert made == "", (host.name, made)
         first, out = train(vc, tmp_path, "hub", steps=2, **job)
         assert first.status == "successful", first.stdout[-6000:]
         assert hub.downloads() == dict.fromkeys(files, 1)
