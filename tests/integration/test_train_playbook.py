@@ -681,7 +681,8 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
     """-e model=<Hugging Face id>, from a hub on the controller's network (HF_ENDPOINT, as for a
     user's mirror): the launch host downloads each file once for the whole cluster, stages it as
     hard links to its cache's files and sends the model on like a directory; every host holds a
-    verified copy, the job fine-tunes it with LoRA and job.json records the commit. After the
+    verified copy, the job fine-tunes it with LoRA (a pipeline of 2 stages x 2 replicas) and
+    job.json records the commit. After the
     hub's main branch moved on, a resume asks the hub nothing, sends nothing again and trains on
     the recorded commit. With model_source: controller (hosts offline) the controller fetches the
     new commit, a model of 4 layers in 2 weight files, once, and stages it for a 4-stage
@@ -692,7 +693,8 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
     model, data = tiny_llm
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in model.iterdir()}
     name = HUB_REPO.replace("/", "--")
-    job = {"model": HUB_REPO, "data": str(data), "eval_every": 0, "log_every": 1}
+    job = {"model": HUB_REPO, "data": str(data), "eval_every": 0, "log_every": 1,
+           "parallel": "pipeline"}
     token = "hf_" + os.urandom(8).hex()
     hub = Hub(vc.controller_ip, token=token)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -702,7 +704,7 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
         # Check mode names what each host lacks, asks the hub nothing, sends and starts nothing.
         checked = run_playbook("train.yml", vc.inventory, tmp_path / "runner-check",
                                {"launch_results_dir": str(tmp_path / "runs"), "run_name": "hub",
-                                "parallel": "pipeline", **job}, cmdline="--check --diff")
+                                **job}, cmdline="--check --diff")
         assert checked.status == "successful", checked.stdout[-6000:]
         assert "Name the copies that differ from the controller's" in checked.stdout
         assert hub.requests == []
@@ -710,7 +712,9 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
             made = vc.run(host, f"ls -d mlx-cluster/models/{name} mlx-cluster/runs/hub; true",
                           user=host.user).stdout
             assert made == "", (host.name, made)
-        first, out = train(vc, tmp_path, "hub", steps=2, **job)
+        # 2 stages x 2 replicas: the launch host reads the fetched file's headers (one file:
+        # every host is sent it).
+        first, out = train(vc, tmp_path, "hub", steps=2, stages="1,1", **job)
         assert first.status == "successful", first.stdout[-6000:]
         assert hub.downloads() == dict.fromkeys(files, 1)
         assert {r[-1] for r in hub.requests} == {vc.hosts[0].en0_ip}  # the launch host's
@@ -732,7 +736,7 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
         (moved / "README.md").write_text("a newer commit\n")
         moved_commit = hub.publish(HUB_REPO, moved)
         hub.requests.clear()
-        second, out = train(vc, tmp_path, "hub", steps=4, resume=True, **job)
+        second, out = train(vc, tmp_path, "hub", steps=4, resume=True, stages="1,1", **job)
         assert second.status == "successful", second.stdout[-6000:]
         assert hub.requests == []
         assert "sending it again" not in second.stdout
@@ -740,7 +744,7 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
         hub.requests.clear()
         monkeypatch.setenv("HF_HOME", str(tmp_path / "controller-hf"))
         third, offline = train(vc, tmp_path, "hub-offline", steps=1, model_source="controller",
-                               parallel="pipeline", **job)
+                               **job)
         assert third.status == "successful", third.stdout[-6000:]
         assert {r[-1] for r in hub.requests} == {vc.controller_ip}
         assert hub.downloads() == {p.name: 1 for p in moved.iterdir()}
