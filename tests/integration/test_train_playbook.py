@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -690,7 +691,9 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
     the second file. The model is private: both fetches use the controller's HF_TOKEN, which no
     play prints. Before all, check mode names what each host lacks and does nothing."""
     vc = cluster
-    model, data = tiny_llm
+    model, shared = tiny_llm
+    data = tmp_path / "hub-data"  # a name of its own: on no host yet, whatever ran before
+    shutil.copytree(shared, data)
     files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in model.iterdir()}
     name = HUB_REPO.replace("/", "--")
     job = {"model": HUB_REPO, "data": str(data), "eval_every": 0, "log_every": 1,
@@ -701,7 +704,8 @@ def test_a_hub_model_is_fetched_once_and_a_resume_trains_on_the_revision_it_reco
     monkeypatch.setenv("HF_TOKEN", token)
     try:
         commit = hub.publish(HUB_REPO, model)
-        # Check mode names what each host lacks, asks the hub nothing, sends and starts nothing.
+        # Check mode names what each host lacks (the data: the model is not fetched), asks the
+        # hub nothing, sends and starts nothing.
         checked = run_playbook("train.yml", vc.inventory, tmp_path / "runner-check",
                                {"launch_results_dir": str(tmp_path / "runs"), "run_name": "hub",
                                 **job}, cmdline="--check --diff")
