@@ -273,3 +273,19 @@ def test_the_trials_train_options_are_train_ymls():
     table = Path(__file__).parents[2] / "roles/launch/meta/argument_specs.yml"
     spec = yaml.safe_load(table.read_text())
     assert set(bench.TRAIN_OPTIONS) <= set(spec["argument_specs"]["request"]["options"])
+
+
+def test_an_iperf3_link_is_its_received_rate_or_what_went_wrong():
+    """A client's registered result: its rate; iperf3's own error; and exit 0 with nothing printed
+    (seen once in make test: the play failed on that host and the others' all-reduces waited out
+    their timeouts for its rank) named, not a failure of the play."""
+    printed = json.dumps({"start": {"version": "iperf 3.12"},
+                          "end": {"sum_received": {"bits_per_second": 9.41e9}}})
+    assert bench.bench_iperf3_link({"rc": 0, "stdout": printed}) == {"gbps": 9.41}
+    refused = json.dumps({"start": {}, "error": "unable to connect to server: Connection refused"})
+    assert bench.bench_iperf3_link({"rc": 1, "stdout": refused, "msg": "non-zero return code"}) \
+        == {"error": "unable to connect to server: Connection refused"}
+    assert bench.bench_iperf3_link({"rc": 0, "stdout": "", "stderr": ""}) == {
+        "error": "iperf3 printed no result (exit code 0)"}
+    assert bench.bench_iperf3_link({"failed": True, "msg": "async task did not complete"}) == {
+        "error": "async task did not complete"}
