@@ -328,6 +328,12 @@ def transfers(run):
             for r in task["res"].get("results", [])]
 
 
+def hashed_after(run):
+    """The hosts whose copies a train.yml run hashed after their transfer (record)."""
+    return [r["host"] for r in run.task_results()
+            if r.get("task", "").startswith("Hash each copy sent")]
+
+
 def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):
     """-e data: the controller sends the corpus once, to the launch host, which sends it on to the
     other hosts over bridge0. At the next launch a copy changed on one host is named and sent
@@ -361,9 +367,11 @@ def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):
     named = re.findall(r"\[(\S+)\][^\[]*?corpus\.txt has (\d+) bytes, (\d+) on the controller: "
                        r"sending it again", words(second.stdout))
     assert named == [(changed, str(size + 100), str(size))], second.stdout[-6000:]
-    # The others' copies came whole from the launch host's relay: no rsync after it.
+    # The others' copies came whole from the launch host's relay: no rsync after it, and every
+    # copy was hashed as it arrived, none again after; the repair, rsync's, is hashed after.
     assert transfers(first) == [(launch_host, "the controller")]
     assert transfers(second) == [(changed, launch_host)]
+    assert (hashed_after(first), hashed_after(second)) == ([], [changed])
     now = copies(vc)
     assert now[changed][0] == digest
     assert {h: now[h] for h in now if h != changed} == {h: sent[h] for h in sent if h != changed}

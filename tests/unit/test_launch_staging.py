@@ -233,18 +233,24 @@ def test_the_launch_host_sends_each_other_host_only_what_it_lacks_to_its_mpi_add
               {"inventory_hostname": "h3", "cluster_host_info": info("h3"), **WHOLE,
                "launch_stale": {}}]
     commands = staging.staging_fanout_commands(STAGED, ranked, HOSTS, "h1")
-    flags = ["rsync", "-r", "-t", "-L", "--delete", "--timeout=60", "--partial",
-             "-e", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes"]
+    flags = ["rsync", "-r", "-t", "-L", "--delete", "--timeout=60", "--partial"]
+    ssh = ["-e", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes"]
+
+    def makes(into):
+        return f"--rsync-path=mkdir -p -m 700 -- {into} && rsync"
+
     assert commands == [
         {"item": {"host": "h2", "rel": "models/m", "from": "h1"},
-         "argv": [*flags, "models/m/", "198.19.0.2:mlx-cluster/models/m/"], "whole": True},
+         "argv": [*flags, makes("mlx-cluster/models"), *ssh, "models/m/",
+                  "198.19.0.2:mlx-cluster/models/m/"], "whole": True},
         {"item": {"host": "h2", "rel": "data/c.txt", "from": "h1"},
-         "argv": [*flags, "data/c.txt", "198.19.0.2:mlx-cluster/data/c.txt"], "whole": True},
+         "argv": [*flags, makes("mlx-cluster/data"), *ssh, "data/c.txt",
+                  "198.19.0.2:mlx-cluster/data/c.txt"], "whole": True},
     ]  # in the launch host's work dir (staging.py relay)
     # A pipeline's host is sent no weight file its stages do not read.
     ranked[1]["launch_plan"] = {"skipped": {"models/m": ["w-1.safetensors"]}}
     assert staging.staging_fanout_commands(STAGED, ranked, HOSTS, "h1")[0]["argv"] == [
-        *flags[:-2], "--exclude=/w-1.safetensors", *flags[-2:], "models/m/",
+        *flags, "--exclude=/w-1.safetensors", makes("mlx-cluster/models"), *ssh, "models/m/",
         "198.19.0.2:mlx-cluster/models/m/"]
     ranked[1] |= WHOLE
     # A file there the controller lacks: only rsync --delete makes that copy the controller's.
@@ -283,7 +289,7 @@ def test_the_launch_host_runs_its_transfers_at_once_in_its_work_dir(tmp_path):
     argv = staging.staging_relay_argv(STAGED, [local], HOSTS, local, {}, commands,
                                       SCRIPT.read_text())
     with transfer._relaying(argv, "h1") as finish:
-        results = finish()
+        results = finish()["results"]
     assert [(r["item"]["host"], r["rc"], r["stderr"]) for r in results] == [
         ("h2", 0, ""), ("h3", 12, "no route")]
     assert copy.read_bytes() == (work / "data" / "c.txt").read_bytes()
@@ -331,7 +337,7 @@ def test_the_launch_host_relays_each_input_it_lacks_to_the_hosts_that_lack_it_to
                                       ends)
     assert argv[-1].startswith("/home/h1/mlx-cluster/venv/bin/python -c S relay ")
     spec = json.loads(shlex.split(argv[-1])[-1])
-    assert spec == {"commands": commands,
+    assert spec == {"commands": commands, "launch_host": "h1",
         "script": "S", "manifests": manifests,
         "paths": {"models/m": {"w.bin": "models/m/w.bin", "sub/x": "models/m/sub/x"},
                   "data/c.txt": {"c.txt": "data/c.txt"}},
@@ -354,10 +360,12 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
     """The relay reads each file while rsync writes it (its temporary, renamed at the end) and
     passes it on; a receiving host keeps a file, private, with the controller's mtime and recorded
     (record reads it no more), only when its sha256 is the controller's; the launch host records
-    what it read whole with the controller's sha256."""
+    what it read whole with the controller's sha256. An input recorded whole on a host is named
+    verified: the play neither hashes nor checks it again there."""
     launch, other, partial = tmp_path / "h1", tmp_path / "h2", tmp_path / "h3"
     (launch / "models" / "m").mkdir(parents=True)
     (other / "models").mkdir(parents=True)
+    (partial / "models" / "m").mkdir(parents=True, mode=0o755)  # an older transfer's
     good, bad = os.urandom(3 * script.CHUNK + 5), os.urandom(1000)
     digest = hashlib.sha256(good).hexdigest()
     (launch / "data").mkdir()
@@ -372,7 +380,7 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
     commands = [{"item": {"host": host, "rel": rel, "from": "h1"},
                  "argv": ["echo", f"{host} {rel}"], "whole": True}
                 for host, rel in (("h2", "models/m"), ("h2", "data/c.txt"), ("h3", "models/m"))]
-    spec = {"script": SCRIPT.read_text(), "manifests": manifests,
+    spec = {"script": SCRIPT.read_text(), "launch_host": "h1", "manifests": manifests,
             "paths": {"models/m": {"w.bin": "models/m/w.bin", "x.bin": "models/m/x.bin"},
                       "data/c.txt": {"c.txt": "data/c.txt"}},
             "hosts": [{"host": "h2", "argv": ["sh", "-c"], "python": sys.executable,
@@ -395,8 +403,11 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
     relay.stdin.write(b"done\n")
     relay.stdin.flush()
     assert relay.wait(timeout=20) == 0
-    assert [r["stdout"] for r in json.loads(relay.stdout.read())] == ["h2 models/m"]
+    relayed = json.loads(relay.stdout.read())
+    assert [r["stdout"] for r in relayed["results"]] == ["h2 models/m"]
+    assert relayed["verified"] == {"h1": ["data/c.txt"], "h2": ["data/c.txt"], "h3": ["models/m"]}
     assert sorted(os.listdir(partial / "models" / "m")) == ["w.bin"]
+    assert oct((partial / "models" / "m").stat().st_mode & 0o777) == "0o700"
     assert (other / "data" / "c.txt").read_bytes() == small
     copy = other / "models" / "m"
     assert sorted(os.listdir(copy)) == ["w.bin"]  # x.bin, not the controller's, for rsync
@@ -418,7 +429,7 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
     again.stdin.write(b"done\n")
     again.stdin.flush()
     assert again.wait(timeout=20) == 0
-    assert len(json.loads(again.stdout.read())) == 3
+    assert len(json.loads(again.stdout.read())["results"]) == 3
     assert not (tmp_path / "h4" / "models" / "m" / "w.bin").exists()
 
 
@@ -474,16 +485,35 @@ def test_the_controller_reaches_the_launch_host_as_ansible_does():
                                           for rel in stale]
     argv = sends[0]["argv"]
     assert argv[:7] == ["rsync", "-r", "-t", "-L", "--delete", "--timeout=60", "--partial"]
-    assert argv[7] == "-e"
-    assert shlex.split(argv[8]) == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "~/.ssh/k",
+    assert argv[7:9] == ["--rsync-path=mkdir -p -m 700 -- mlx-cluster/models && rsync", "-e"]
+    assert shlex.split(argv[9]) == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "~/.ssh/k",
                                     "-l", "ann", "-o", "UserKnownHostsFile=/tmp/kh",
                                     "-o", "IdentitiesOnly=yes"]
-    assert argv[9:] == ["/ctrl/m/", "[fe80::1]:mlx-cluster/models/m/"]
+    assert argv[10:] == ["/ctrl/m/", "[fe80::1]:mlx-cluster/models/m/"]
     plain = staging.staging_controller_argv(STAGED, "data/c.txt", stale["data/c.txt"],
                                             {"inventory_hostname": "h1"}, info("h1"))
     # Same size and mtime but not the recorded content: rsync compares checksums.
-    assert plain[7:] == ["-c", "-e", "ssh -o BatchMode=yes", "/ctrl/c.txt",
-                         "h1:mlx-cluster/data/c.txt"]
+    assert plain[7:] == ["-c", "--rsync-path=mkdir -p -m 700 -- mlx-cluster/data && rsync",
+                         "-e", "ssh -o BatchMode=yes", "/ctrl/c.txt", "h1:mlx-cluster/data/c.txt"]
+
+
+def test_the_remote_rsync_makes_the_private_directory_its_copy_goes_into(tmp_path, model):
+    """rsync over a remote shell that runs its command in the host's home, as ssh does: the
+    directories the copy goes into are made first (a space in the home is no matter)."""
+    home = tmp_path / "Jane Doe"
+    (home / "mlx-cluster").mkdir(parents=True)
+    remote_shell = tmp_path / "rsh"
+    remote_shell.write_text(f'#!/bin/sh\nshift\ncd {shlex.quote(str(home))} && exec sh -c "$*"\n')
+    remote_shell.chmod(0o700)
+    staged = [{"rel": "models/tiny-model", "src": str(model), "dir": True}]
+    hostvars = {"inventory_hostname": "h1"}
+    argv = staging.staging_controller_argv(staged, "models/tiny-model", ["not there"], hostvars,
+                                           info("h1", str(home)))
+    argv[argv.index("-e") + 1] = str(remote_shell)
+    subprocess.run(argv, check=True, capture_output=True)
+    copy = home / "mlx-cluster" / "models" / "tiny-model"
+    assert script.manifest(str(copy)) == script.manifest(str(model))
+    assert (home / "mlx-cluster" / "models").stat().st_mode & 0o777 == 0o700
 
 
 def test_a_launch_host_ansible_runs_on_locally_gets_a_local_copy(tmp_path, model):

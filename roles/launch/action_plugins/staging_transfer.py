@@ -13,6 +13,8 @@ filter_plugins/staging.py staging_watch_commands) and prints a line per host and
 there of the input's size, the rate since the last reading and the time left. A stage shorter
 than the interval reads nothing. The results are concurrent_commands' (item, rc, stdout, stderr),
 one per transfer; the action never fails because a transfer did (staging_transfer_errors judges).
+`verified`: {host: the inputs the relay recorded there whole as the controller's}, which
+tasks/send_inputs.yml neither hashes nor checks again.
 """
 
 import contextlib
@@ -68,15 +70,15 @@ def _run(command):
 def _relaying(argv, host):
     """Runs the launch host's relay (files/staging.py relay, by argv; none when argv is empty)
     while the block sends; the block's value: a function that tells it the sends succeeded and
-    returns the results of its rsyncs once it ended. Left otherwise, its stdin closes: it ends at
-    once."""
+    returns what it printed once it ended ({results, verified}). Left otherwise, its stdin
+    closes: it ends at once."""
     with tempfile.TemporaryFile() as errors:
         relay = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=errors) if argv else None
 
         def finish():
             if not relay:
-                return []
+                return {"results": [], "verified": {}}
             with contextlib.suppress(BrokenPipeError):
                 relay.stdin.write(b"done\n")
                 relay.stdin.flush()
@@ -154,11 +156,11 @@ def interruptible(call):
 
 
 def transfer(args, host):
-    """The results of the sends and the relay's transfers (args: the action's) for the launch
-    host, with their progress."""
+    """(the results of the sends and the relay's transfers, what the relay verified) for the
+    launch host (args: the action's), with their progress."""
     watch = args.get("watch") or {}
     interval = float(args.get("interval", 5))
-    results = []
+    results, relayed = [], {"results": [], "verified": {}}
     mine = {h: w for h, w in watch.items() if h == host}
     others = {h: w for h, w in watch.items() if h != host}
     # The others receive from the launch host from the start: the relay passes on each file.
@@ -166,8 +168,8 @@ def transfer(args, host):
         with Progress(mine, "the controller", interval):
             results += [_run(command) for command in args.get("sends") or []]
         if all(r["rc"] == 0 for r in results):
-            results += finish()
-    return results
+            relayed = finish()
+    return results + relayed["results"], relayed["verified"]
 
 
 class ActionModule(ActionBase):
@@ -184,6 +186,6 @@ class ActionModule(ActionBase):
                 f"{sends[0]['argv'][0]} is missing on the controller, which sends -e data and "
                 "-e model to the hosts — macOS ships it (/usr/bin/rsync); on Linux: apt "
                 "install rsync")
-        results = interruptible(lambda: transfer(args, task_vars["inventory_hostname"]))
-        result.update(changed=bool(results), results=results)
+        results, verified = interruptible(lambda: transfer(args, task_vars["inventory_hostname"]))
+        result.update(changed=bool(results), results=results, verified=verified)
         return result

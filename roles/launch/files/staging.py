@@ -8,8 +8,9 @@ host, with the environment's Python:
 
     staging.py report WORK_DIR '["data/corpus.txt", ...]'   each input's manifest and its files'
                                                             size and mtime now (a stat, no read)
-    staging.py prepare WORK_DIR '["data/corpus.txt", ...]' before a transfer: the private
-                                                            directories it goes into
+    staging.py prepare WORK_DIR '["data/corpus.txt", ...]' before a local transfer: the private
+                                                            directories it goes into (over ssh the
+                                                            remote rsync makes them)
     staging.py record WORK_DIR '["data/corpus.txt", ...]'  after a transfer: make the copy
                                                             private, hash what changed, write the
                                                             manifest and print it
@@ -395,10 +396,12 @@ def add_to_manifests(work_dir, taken):
         write(target, {**trusted(os.path.join(work_dir, rel), *read(target)), **entries})
 
 
-def _record_read(work_dir, spec, read_whole):
+def _record_read(work_dir, spec, read_whole, verified):
     """Record on the launch host the files the relay read whole with the controller's sha256
     (read_whole: {(rel, name): the inode read}) once rsync has put them in place: the same inode,
-    with the controller's size and mtime, made private first (a chmod moves the ctime)."""
+    with the controller's size and mtime, made private first (a chmod moves the ctime). Returns
+    the inputs whose every file is now recorded as the controller's (verified: {rel: the files
+    it held as such before}), made private: record has nothing left to do there."""
     taken = {}
     for (rel, name), inode in read_whole.items():
         full = os.path.join(work_dir, spec["paths"][rel][name])
@@ -408,7 +411,12 @@ def _record_read(work_dir, spec, read_whole):
             if stat.st_ino == inode and quick(stat) == entry[:2]:
                 os.chmod(full, private_mode(stat))
                 taken.setdefault(rel, {})[name] = entry
+    whole = sorted(rel for rel, expected in spec["manifests"].items()
+                   if set(expected) <= verified[rel] | set(taken.get(rel, ())))
+    for rel in whole:
+        private(os.path.join(work_dir, rel))
     add_to_manifests(work_dir, taken)
+    return whole
 
 
 def _in_place(work_dir, pending, manifests):
@@ -457,9 +465,11 @@ def relay(work_dir, spec):
     (spec["commands"]: concurrent_commands' commands, item {host, rel, from}, whole: whether a
     copy whose every file the relay delivered is the controller's, no file there that it lacks),
     at once, of each input a host's receiver did not keep whole (its sha256 checked there):
-    their results, in concurrent_commands' shape. spec["paths"]: {rel: {name: its path under the
-    work dir}} of the files of spec["manifests"]. What it read whole with the controller's
-    sha256 is recorded on the launch host too (record reads it no more). stdin: "done" when the
+    {results: theirs, in concurrent_commands' shape, verified: {host: the inputs there recorded
+    whole as the controller's, private: record's work done}}. spec["paths"]: {rel: {name: its
+    path under the work dir}} of the files of spec["manifests"]. What it read whole with the
+    controller's sha256 is recorded on the launch host (spec["launch_host"]) too (record reads it
+    no more). stdin: "done" when the
     controller's sends succeeded (each file is then read to its end), held open until the relay
     ends; closed before (the play interrupted, a send failed), the relay, its ssh and its rsyncs
     are killed at once."""
@@ -520,10 +530,14 @@ def relay(work_dir, spec):
             sink.stdin.close()
     delivered = _delivered(receivers, spec)
     finished.wait()  # rsync has put every file in place
-    _record_read(work_dir, spec, read_whole)
-    return transfers(work_dir, [
-        c for c in spec["commands"]
-        if not (c["whole"] and c["item"]["rel"] in delivered.get(c["item"]["host"], ()))])
+    verified_here = _record_read(work_dir, spec, read_whole, verified)
+    needless = [c for c in spec["commands"]
+                if c["whole"] and c["item"]["rel"] in delivered.get(c["item"]["host"], ())]
+    recorded = {spec["launch_host"]: verified_here} if verified_here else {}
+    for command in needless:
+        recorded.setdefault(command["item"]["host"], []).append(command["item"]["rel"])
+    return {"results": transfers(work_dir, [c for c in spec["commands"] if c not in needless]),
+            "verified": recorded}
 
 
 def _chunks(stream):
@@ -551,7 +565,7 @@ def take(work_dir, _):
     sha256 is the controller's (else removed: the rsync after sends it); the manifests record
     what came, so `record` does not read it again, and prints it ({rel: {name: entry}}). The
     stream cut (the play interrupted): what arrived of a file is kept in its place, like rsync
-    --partial."""
+    --partial. The inputs it wrote into are made private, as record makes them."""
     for number in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, _cut)
     stream = sys.stdin.buffer
@@ -584,6 +598,8 @@ def take(work_dir, _):
         os.utime(temporary, (file["mtime"], file["mtime"]))
         os.replace(temporary, full)
         taken.setdefault(file["rel"], {})[file["name"]] = [size, file["mtime"], file["sha256"]]
+    for rel in taken:
+        private(os.path.join(work_dir, rel))
     add_to_manifests(work_dir, taken)
     return taken
 

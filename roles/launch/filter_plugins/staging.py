@@ -140,18 +140,22 @@ def staging_remote_path(info, rel):
     return posixpath.join(base, rel)
 
 
-def staging_rsync_argv(src, dest, is_dir, rsh, problems=(), skipped=()):
+def staging_rsync_argv(src, dest, is_dir, rsh, problems=(), skipped=(), into=""):
     """rsync src (a local path) to dest (host:path), a directory's contents into dest; problems:
     what differs there (staging_stale); skipped: files of the directory not sent, which --delete
     leaves there too (--exclude; /: the directory's own, no pattern in a weight file's name).
     openrsync does the same (kristapsdz/openrsync 8235c68, with Apple's changes: rules.c anchors
     a leading / at the transfer's root, the client sends its rules when --delete is on, and
-    flist.c's deletion skips what they exclude)."""
+    flist.c's deletion skips what they exclude). into: the directory on the
+    host that dest goes into (under the login's home, where the remote shell starts), which the
+    remote rsync makes first, private (--rsync-path, in openrsync since its first release): a
+    transfer needs no round over the hosts before it."""
     if is_dir:
         src, dest = src.rstrip("/") + "/", dest.rstrip("/") + "/"
     checksum = ["-c"] if any(p.endswith(UNVERIFIED) for p in problems) else []
     excluded = [f"--exclude=/{name}" for name in skipped]
-    return ["rsync", *RSYNC_FLAGS, *checksum, *excluded, "-e", rsh, src, dest]
+    makes = [f"--rsync-path=mkdir -p -m 700 -- {shlex.quote(into)} && rsync"] if into else []
+    return ["rsync", *RSYNC_FLAGS, *checksum, *excluded, *makes, "-e", rsh, src, dest]
 
 
 def _host_word(address):
@@ -191,10 +195,13 @@ def staging_controller_argv(staged, rel, problems, hostvars, info, fetched=None)
     item = next(s for s in staged if s["rel"] == rel)
     if item.get("hub") and fetched:
         item = {**item, "src": fetched["path"]}
-    dest = (posixpath.join(info["work_dir"], rel) if _is_local(hostvars)  # the launch host
-            else f"{_host_word(_address(hostvars))}:{staging_remote_path(info, rel)}")
+    if _is_local(hostvars):  # the launch host: tasks/send_inputs.yml makes the directories
+        dest, into = posixpath.join(info["work_dir"], rel), ""
+    else:
+        path = staging_remote_path(info, rel)
+        dest, into = f"{_host_word(_address(hostvars))}:{path}", posixpath.dirname(path)
     return staging_rsync_argv(item["src"], dest, item["dir"], staging_ssh_command(hostvars),
-                              problems)
+                              problems, into=into)
 
 
 def staging_controller_commands(staged, stale, hostvars, info, fetched=None):
@@ -235,7 +242,7 @@ def staging_fanout_commands(staged, ranked_vars, hosts, launch_host, cables=()):
             skipped = hv["launch_plan"]["skipped"].get(rel, [])
             commands.append({"item": {"host": host, "rel": rel, "from": launch_host},
                              "argv": staging_rsync_argv(rel, dest, is_dir[rel], rsh, problems,
-                                                        skipped),
+                                                        skipped, posixpath.dirname(path)),
                              "whole": not any(p.endswith(EXTRA) for p in problems)})
     return commands
 
@@ -279,7 +286,8 @@ def staging_relay_argv(staged, ranked_vars, hosts, hostvars, manifests, commands
     paths = {rel: {name: posixpath.join(rel, name) if is_dir[rel] else rel
                    for name in manifests[rel] if f"{name} {UNVERIFIED}" not in problems}
              for rel, problems in arriving.items()} if receivers else {}
-    spec = {"script": script, "manifests": {rel: manifests[rel] for rel in paths},
+    spec = {"script": script, "launch_host": launch_host,
+            "manifests": {rel: manifests[rel] for rel in paths},
             "paths": paths, "hosts": receivers, "commands": list(commands)}
     return _on_host(hostvars, script, "relay", spec)
 
