@@ -261,7 +261,7 @@ def test_the_launch_host_sends_each_other_host_only_what_it_lacks_to_its_mpi_add
     closed = "rsync: connection unexpectedly closed"
     results = [{"item": commands[0]["item"], "rc": 0, "stderr": ""},
                {"item": commands[1]["item"], "rc": 12, "stderr": closed + "\n"}]
-    assert staging.staging_transfer_errors(results) == [
+    assert transfer.transfer_errors(results) == [
         f"h2: sending data/c.txt from h1 failed (rsync exit 12): {closed}"]
     # Over cables: to the other end of the first cable from the launch host to that host.
     ranked[2]["launch_stale"] = {"models/m": ["not there"]}
@@ -520,12 +520,13 @@ def test_a_launch_host_ansible_runs_on_locally_gets_a_local_copy(tmp_path, model
     work = tmp_path / "work"
     hostvars = {"inventory_hostname": "localhost", "ansible_connection": "local"}
     staged = [{"rel": "models/tiny-model", "src": str(model), "dir": True}]
-    argv = staging.staging_controller_argv(staged, "models/tiny-model", ["not there"], hostvars,
-                                           {"home": str(tmp_path), "work_dir": str(work)})
-    assert argv[-1] == f"{work}/models/tiny-model/"
-    (work / "models").mkdir(parents=True)
-    subprocess.run(argv, check=True, capture_output=True)
+    [send] = staging.staging_controller_commands(staged, {"models/tiny-model": ["not there"]},
+                                                 hostvars, {"home": str(tmp_path),
+                                                            "work_dir": str(work)})
+    assert send["argv"][-1] == f"{work}/models/tiny-model/"
+    assert transfer._run(send)["rc"] == 0  # the directory it goes into made first, private
     assert script.manifest(str(work / "models" / "tiny-model")) == script.manifest(str(model))
+    assert (work / "models").stat().st_mode & 0o777 == 0o700
 
 
 def test_what_arrived_counts_a_file_rsync_is_receiving_at_what_it_wrote(tmp_path):

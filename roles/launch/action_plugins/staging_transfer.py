@@ -12,13 +12,14 @@ they run, every `interval` seconds it reads what arrived on each receiving host 
 filter_plugins/staging.py staging_watch_commands) and prints a line per host and input: the bytes
 there of the input's size, the rate since the last reading and the time left. A stage shorter
 than the interval reads nothing. The results are concurrent_commands' (item, rc, stdout, stderr),
-one per transfer; the action never fails because a transfer did (staging_transfer_errors judges).
+one per transfer; a failed transfer fails the action, naming it (transfer_errors).
 `verified`: {host: the inputs the relay recorded there whole as the controller's}, which
 tasks/send_inputs.yml neither hashes nor checks again.
 """
 
 import contextlib
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -58,8 +59,19 @@ def progress_line(host, rel, source, done, total, rate=None):
     return line
 
 
+def transfer_errors(results):
+    """A message per failed transfer of the results."""
+    return [f"{r['item']['host']}: sending {r['item']['rel']} from {r['item']['from']} failed "
+            f"(rsync exit {r['rc']}): {(r.get('stderr') or r.get('msg') or '').strip()[-500:]}"
+            for r in results if r["rc"] != 0]
+
+
 def _run(command):
-    """command's result on the controller, in concurrent_commands' shape."""
+    """command's result on the controller, in concurrent_commands' shape; the directory it
+    writes into (into: a launch host Ansible runs on locally) made first, private."""
+    if command.get("into"):
+        os.makedirs(command["into"], mode=0o700, exist_ok=True)
+        os.chmod(command["into"], 0o700)
     done = subprocess.run(command["argv"], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, check=False)
     return {"item": command["item"], "cmd": command["argv"], "rc": done.returncode,
@@ -187,5 +199,7 @@ class ActionModule(ActionBase):
                 "-e model to the hosts — macOS ships it (/usr/bin/rsync); on Linux: apt "
                 "install rsync")
         results, verified = interruptible(lambda: transfer(args, task_vars["inventory_hostname"]))
-        result.update(changed=bool(results), results=results, verified=verified)
+        errors = transfer_errors(results)
+        result.update(changed=bool(results), results=results, verified=verified,
+                      failed=bool(errors), msg="\n".join(errors))
         return result

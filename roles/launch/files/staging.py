@@ -8,9 +8,6 @@ host, with the environment's Python:
 
     staging.py report WORK_DIR '["data/corpus.txt", ...]'   each input's manifest and its files'
                                                             size and mtime now (a stat, no read)
-    staging.py prepare WORK_DIR '["data/corpus.txt", ...]' before a local transfer: the private
-                                                            directories it goes into (over ssh the
-                                                            remote rsync makes them)
     staging.py record WORK_DIR '["data/corpus.txt", ...]'  after a transfer: make the copy
                                                             private, hash what changed, write the
                                                             manifest and print it
@@ -606,6 +603,6 @@ def take(work_dir, _):
 
 if __name__ == "__main__":
     action, work_dir, rels = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-    actions = {"report": report, "prepare": prepare, "record": record, "received": received,
+    actions = {"report": report, "record": record, "received": received,
                "relay": relay, "take": take, "fetch": fetch}
     print(json.dumps(actions[action](work_dir, rels)))

@@ -195,7 +195,7 @@ def staging_controller_argv(staged, rel, problems, hostvars, info, fetched=None)
     item = next(s for s in staged if s["rel"] == rel)
     if item.get("hub") and fetched:
         item = {**item, "src": fetched["path"]}
-    if _is_local(hostvars):  # the launch host: tasks/send_inputs.yml makes the directories
+    if _is_local(hostvars):  # the launch host: staging_transfer makes the directories
         dest, into = posixpath.join(info["work_dir"], rel), ""
     else:
         path = staging_remote_path(info, rel)
@@ -207,9 +207,14 @@ def staging_controller_argv(staged, rel, problems, hostvars, info, fetched=None)
 def staging_controller_commands(staged, stale, hostvars, info, fetched=None):
     """The controller's rsyncs to the launch host of the inputs it lacks (stale: its fact
     launch_stale), one after another (staging_transfer's sends); fetched: as for
-    staging_controller_argv."""
+    staging_controller_argv. To a launch host Ansible runs on locally, each names the directory
+    it goes into (into), which staging_transfer makes first."""
+    def into(rel):
+        return {"into": posixpath.dirname(posixpath.join(info["work_dir"], rel))}
+
     return [{"item": {"host": hostvars["inventory_hostname"], "rel": rel, "from": "the controller"},
-             "argv": staging_controller_argv(staged, rel, problems, hostvars, info, fetched)}
+             "argv": staging_controller_argv(staged, rel, problems, hostvars, info, fetched),
+             **(into(rel) if _is_local(hostvars) else {})}
             for rel, problems in stale.items()]
 
 
@@ -292,13 +297,6 @@ def staging_relay_argv(staged, ranked_vars, hosts, hostvars, manifests, commands
     return _on_host(hostvars, script, "relay", spec)
 
 
-def staging_transfer_errors(results):
-    """A message per failed transfer of staging_transfer's results."""
-    return [f"{r['item']['host']}: sending {r['item']['rel']} from {r['item']['from']} failed "
-            f"(rsync exit {r['rc']}): {(r.get('stderr') or r.get('msg') or '').strip()[-500:]}"
-            for r in results if r["rc"] != 0]
-
-
 def staging_watch_commands(ranked_vars, manifests, script):
     """{host: {argv, totals}} for every ranked host that lacks inputs (its fact launch_stale):
     the command the controller runs to read what arrived there (files/staging.py received, its
@@ -323,7 +321,6 @@ class FilterModule:
             "staging_controller_commands": staging_controller_commands,
             "staging_fanout_commands": staging_fanout_commands,
             "staging_relay_argv": staging_relay_argv,
-            "staging_transfer_errors": staging_transfer_errors,
             "staging_watch_commands": staging_watch_commands,
             "staging_hub_rel": staging_hub_rel,
             "staging_hub_revision": staging_hub_revision,
