@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -142,6 +143,15 @@ def test_the_controllers_manifests_are_cached_and_read_again_only_where_changed(
     assert hashed == ["config.json"]
     assert second[0]["sub/weights.bin"] == first[0]["sub/weights.bin"]
     assert second[0]["config.json"] != first[0]["config.json"]
+    # Ansible's workers, one per host, at once: the first reads what changed, the others then
+    # find it recorded.
+    hashed.clear()
+    (model / "sub" / "weights.bin").write_bytes(os.urandom(5000))
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        third = list(pool.map(lambda _: lookup.LookupModule().run([str(model)], {},
+                                                                  cache=str(cache)), range(4)))
+    assert hashed == ["weights.bin"]
+    assert third == [[script.manifest(str(model))]] * 4
 
 
 EXPECTED = {"config.json": [13, 1700000000, "aa"], "weights.bin": [3000, 1700000001, "bb"]}

@@ -35,6 +35,7 @@ host, with the environment's Python:
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -97,13 +98,16 @@ def trusted(path, known, since):
 
 def manifest(path, known=None, since=0.0):
     """The manifest of path. A file `known` records and that has not changed since (trusted)
-    keeps its recorded sha256 without being read again."""
+    keeps its recorded sha256 without being read again; the others are read at once, one per
+    core (hashlib lets go of the GIL): a model's shards take the time of the largest."""
     kept = trusted(path, known, since)
-    result = {}
-    for rel, stat in sorted(files(path).items()):
-        full = path if os.path.isfile(path) else os.path.join(path, rel)
-        result[rel] = kept.get(rel) or quick(stat) + [sha256(full)]
-    return result
+    found = sorted(files(path).items())
+    unknown = [rel for rel, _ in found if rel not in kept]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(unknown), os.cpu_count() or 1))) as pool:
+        digests = dict(zip(unknown, pool.map(
+            lambda rel: sha256(path if os.path.isfile(path) else os.path.join(path, rel)),
+            unknown), strict=True))
+    return {rel: kept.get(rel) or quick(stat) + [digests[rel]] for rel, stat in found}
 
 
 def manifest_path(work_dir, rel):
@@ -124,12 +128,15 @@ def read(path):
 
 def cached(path, cache):
     """The manifest of path, kept in directory cache (0700, one file per path): the next call
-    reads again only the files that changed since."""
+    reads again only the files that changed since. Calls at once (Ansible's workers, one per
+    host) take turns: the first reads what changed, the others then find it recorded."""
     cache = os.path.expanduser(cache)
     os.makedirs(cache, mode=0o700, exist_ok=True)
     path = os.path.abspath(os.path.expanduser(str(path)).rstrip("/") or "/")
-    name = hashlib.sha256(path.encode()).hexdigest()[:32] + ".json"
-    return update(path, os.path.join(cache, name))
+    target = os.path.join(cache, hashlib.sha256(path.encode()).hexdigest()[:32] + ".json")
+    with open(f"{target}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return update(path, target)
 
 
 def fetch(cache, hub):
