@@ -578,7 +578,8 @@ def test_the_controller_reads_what_arrived_on_each_host_that_lacks_an_input(tmp_
                                     "received", "/home/h2/mlx-cluster", '["data/c.txt"]']
     (work / "models" / "m").mkdir(parents=True)
     (work / "models" / "m" / "config.json").write_text("{}")
-    assert transfer._read(watch["h1"]["argv"], 30) == {"models/m": 2}
+    assert transfer.Progress(watch, "the controller", 5).read(watch["h1"]["argv"]) == {
+        "models/m": 2}
 
 
 def test_a_progress_line_gives_the_bytes_there_the_rate_and_the_time_left():
@@ -609,6 +610,16 @@ def test_a_transfer_longer_than_the_interval_shows_its_progress(tmp_path, capsys
     assert re.fullmatch(r".*MiB, \d+\.\d MiB/s(, \d+ s left)?", lines[1]), lines
     with transfer.Progress(watch, "the controller", 5):  # a quick transfer reads nothing
         pass
+    assert capsys.readouterr().out == ""
+    # A reading under way (a slow ssh login) when the transfer ends is ended, not waited for.
+    slow = tmp_path / "slow.pid"
+    watch["h1"]["argv"] = ["sh", "-c", f"echo $$ > {slow}; exec sleep 30"]
+    with transfer.Progress(watch, "the controller", 0.1):
+        while not slow.exists() or not slow.read_text().strip():
+            time.sleep(0.05)
+        ended = time.monotonic()
+    assert time.monotonic() - ended < 5
+    assert not running(int(slow.read_text()))
     assert capsys.readouterr().out == ""
 
 

@@ -34,8 +34,7 @@ from ansible.utils.display import Display
 display = Display()
 
 MIB = 1 << 20
-# Seconds a reading may take (an ssh login and a Python start on a busy host); the stage's end
-# waits for the one under way.
+# Seconds a reading may take (an ssh login and a Python start on a busy host).
 READ_TIMEOUT = 20
 # Python runs a signal's handler in the main thread only, once that thread runs Python code again,
 # and the kernel may hand a Ctrl-C to a thread that reads a host's progress: a main thread blocked
@@ -110,23 +109,16 @@ def _relaying(argv, host):
                 relay.wait()
 
 
-def _read(argv, timeout):
-    """{rel: bytes there} as the host's `staging.py received` printed it; None if it did not."""
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                              timeout=timeout, check=False)
-        return json.loads(done.stdout) if done.returncode == 0 else None
-    except (subprocess.TimeoutExpired, ValueError):
-        return None
-
-
 class Progress:
-    """Reads the receiving hosts every interval seconds in a thread until stopped."""
+    """Reads the receiving hosts every interval seconds in a thread until stopped. A reading
+    still under way when the stage ends is ended, not waited for: the stage takes no longer than
+    its transfers."""
 
     def __init__(self, watch, source, interval):
         self.watch, self.source, self.interval = watch, source, interval
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.reading, self.lock = set(), threading.Lock()
 
     def __enter__(self):
         if self.watch:
@@ -134,17 +126,39 @@ class Progress:
         return self
 
     def __exit__(self, *exc):
-        self.stopped.set()
+        with self.lock:
+            self.stopped.set()
+            for reader in self.reading:
+                reader.kill()
         if self.thread.is_alive():
             self.thread.join()
+
+    def read(self, argv):
+        """{rel: bytes there} as the host's `staging.py received` printed it; None if it did not
+        (or the stage ended first)."""
+        with self.lock:
+            if self.stopped.is_set():
+                return None
+            reader = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True)
+            self.reading.add(reader)
+        try:
+            out, _ = reader.communicate(timeout=READ_TIMEOUT)
+            return json.loads(out) if reader.returncode == 0 else None
+        except (subprocess.TimeoutExpired, ValueError):
+            return None
+        finally:
+            reader.kill()
+            reader.wait()
+            with self.lock:
+                self.reading.discard(reader)
 
     def _loop(self):
         before = {}
         with ThreadPoolExecutor(max_workers=len(self.watch)) as pool:
             while not self.stopped.wait(self.interval):
                 hosts = sorted(self.watch)
-                found = list(pool.map(lambda h: _read(self.watch[h]["argv"], READ_TIMEOUT),
-                                      hosts))
+                found = list(pool.map(lambda h: self.read(self.watch[h]["argv"]), hosts))
                 now = time.monotonic()
                 for host, received in zip(hosts, found, strict=True):
                     for rel, total in self.watch[host]["totals"].items() if received else ():
