@@ -329,9 +329,10 @@ def transfers(run):
 
 
 def hashed_after(run):
-    """The hosts whose copies a train.yml run hashed after their transfer (record)."""
-    return [r["host"] for r in run.task_results()
-            if r.get("task", "").startswith("Hash each copy sent")]
+    """The hosts whose copies a train.yml run hashed after their transfer (an rsync wrote them)."""
+    return [host for task in run.task_results()
+            if task.get("task", "").startswith("Send the inputs")
+            for host in task["res"].get("recorded", [])]
 
 
 def test_inputs_are_sent_once_and_fanned_out_over_bridge0(cluster, tmp_path):

@@ -186,12 +186,35 @@ def test_the_stale_lines_name_the_first_differences_and_count_the_rest():
         "data/d: f0 missing; f1 missing; f2 missing; and 2 more: sending it again"]
 
 
-def test_a_copy_that_differs_after_its_transfer_is_named_with_its_host():
+def test_a_copy_that_differs_after_its_transfer_is_named_with_its_host(tmp_path, model):
     got = {"models/m": {**EXPECTED, "weights.bin": [3000, 1700000001, "cc"]}}
-    assert staging.staging_record_errors(got, {"models/m": EXPECTED}, "h2") == [
+    assert transfer.record_errors(got, {"models/m": EXPECTED}, "h2") == [
         "h2: models/m differs from the controller's after the transfer: weights.bin — check the "
         "disk and the link, then run train.yml again"]
-    assert staging.staging_record_errors({"models/m": EXPECTED}, {"models/m": EXPECTED}, "h2") == []
+    assert transfer.record_errors({"models/m": EXPECTED}, {"models/m": EXPECTED}, "h2") == []
+    # After the transfers, each host with a copy the relay did not record hashes it, at once;
+    # one whose bytes differ (its size and mtime the controller's) is named.
+    manifests = {"models/m": script.manifest(str(model))}
+    watch = {}
+    for host in ("h2", "h3", "h4"):
+        work = tmp_path / host
+        (work / "models").mkdir(parents=True)
+        rsync(model, work / "models" / "m")
+        watch[host] = {"totals": {"models/m": 1}, "skipped": {},
+                       "record": [sys.executable, str(SCRIPT), "record", str(work), '["models/m"]']}
+    weights = tmp_path / "h3" / "models" / "m" / "sub" / "weights.bin"
+    stat = weights.stat()
+    weights.write_bytes(os.urandom(stat.st_size))
+    os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    watch["h4"]["record"] = ["false"]  # the relay recorded its copy: not run
+    hosts, errors = transfer.record(watch, {"h4": ["models/m"]}, manifests)
+    assert hosts == ["h2", "h3"]
+    assert errors == ["h3: models/m differs from the controller's after the transfer: "
+                      "sub/weights.bin — check the disk and the link, then run train.yml again"]
+    assert (tmp_path / "h2" / "models" / ".m.manifest.json").exists()
+    watch["h2"]["record"] = [sys.executable, "-c", "import sys; sys.exit('disk full')"]
+    assert transfer.record(watch, {"h3": ["models/m"], "h4": ["models/m"]}, manifests)[1] == [
+        "h2: hashing the copies sent failed (exit 1): disk full"]
 
 
 def test_a_pipeline_host_is_judged_and_sent_without_the_weight_files_its_stages_do_not_read(
@@ -205,7 +228,7 @@ def test_a_pipeline_host_is_judged_and_sent_without_the_weight_files_its_stages_
     # An older copy of it (a run whose stages read it): neither stale nor removed.
     older = report({**config, "weights.bin": [10, 5]}, recorded)
     assert staging.staging_stale({"models/m": EXPECTED}, older, skipped) == {}
-    assert staging.staging_record_errors({"models/m": recorded}, {"models/m": EXPECTED}, "h2",
+    assert transfer.record_errors({"models/m": recorded}, {"models/m": EXPECTED}, "h2",
                                          skipped) == []
     source, copy = tmp_path / "m", tmp_path / "copy"
     source.mkdir()
@@ -572,6 +595,8 @@ def test_the_controller_reads_what_arrived_on_each_host_that_lacks_an_input(tmp_
     assert sorted(watch) == ["h1", "h2"]
     assert watch["h1"]["totals"] == {"models/m": 3013}
     assert watch["h2"]["totals"] == {"data/c.txt": 5000}
+    assert shlex.split(watch["h2"]["record"][-1])[3:] == [
+        "record", "/home/h2/mlx-cluster", '["data/c.txt"]']
     ssh = watch["h2"]["argv"]
     assert ssh[:-2] == ["ssh", "-o", "BatchMode=yes", "-l", "ann"] and ssh[-2] == "198.18.0.2"
     assert shlex.split(ssh[-1]) == ["/home/h2/mlx-cluster/venv/bin/python", "-c", source,

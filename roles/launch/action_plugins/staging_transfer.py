@@ -12,9 +12,11 @@ they run, every `interval` seconds it reads what arrived on each receiving host 
 filter_plugins/staging.py staging_watch_commands) and prints a line per host and input: the bytes
 there of the input's size, the rate since the last reading and the time left. A stage shorter
 than the interval reads nothing. The results are concurrent_commands' (item, rc, stdout, stderr),
-one per transfer; a failed transfer fails the action, naming it (transfer_errors).
-`verified`: {host: the inputs the relay recorded there whole as the controller's}, which
-tasks/send_inputs.yml neither hashes nor checks again.
+one per transfer; a failed transfer fails the action, naming it (transfer_errors). Then each host
+with a copy the relay did not record whole as the controller's (an rsync wrote it: the usual
+launch has none) hashes its copies and records their manifests (`watch`'s record command), all at
+once; a copy that is not the controller's fails the action, naming it (record_errors).
+`verified`: {host: the inputs the relay recorded there}; `recorded`: the hosts hashed after.
 """
 
 import contextlib
@@ -63,6 +65,40 @@ def transfer_errors(results):
     return [f"{r['item']['host']}: sending {r['item']['rel']} from {r['item']['from']} failed "
             f"(rsync exit {r['rc']}): {(r.get('stderr') or r.get('msg') or '').strip()[-500:]}"
             for r in results if r["rc"] != 0]
+
+
+def record_errors(recorded, manifests, host, skipped=None):
+    """A message per input whose copy, hashed on host after the transfer, is not the
+    controller's (recorded: what files/staging.py record printed there; skipped: {rel: its files
+    that host is not sent})."""
+    errors = []
+    for rel, got in sorted(recorded.items()):
+        expected = manifests[rel]
+        left = set((skipped or {}).get(rel, ()))
+        differ = sorted(name for name in set(expected) | set(got)
+                        if name not in left and expected.get(name) != got.get(name))
+        if differ:
+            errors.append(f"{host}: {rel} differs from the controller's after the transfer: "
+                          f"{', '.join(differ)} — check the disk and the link, then run "
+                          "train.yml again")
+    return errors
+
+
+def record(watch, verified, manifests):
+    """(the hosts that hashed their copies, the errors) of running `record` at once on each
+    host of watch with an input the relay did not record there (verified)."""
+    hosts = sorted(h for h, w in watch.items() if set(w["totals"]) - set(verified.get(h, ())))
+
+    def run(host):
+        done = subprocess.run(watch[host]["record"], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, check=False)
+        if done.returncode != 0:
+            return [f"{host}: hashing the copies sent failed (exit {done.returncode}): "
+                    f"{done.stderr.strip()[-500:]}"]
+        return record_errors(json.loads(done.stdout), manifests, host, watch[host]["skipped"])
+
+    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as pool:
+        return hosts, [error for errors in pool.map(run, hosts) for error in errors]
 
 
 def _run(command):
@@ -201,7 +237,7 @@ def transfer(args, host):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _supports_check_mode = False  # it would send
-    _VALID_ARGS = frozenset(("sends", "relay", "watch", "interval"))
+    _VALID_ARGS = frozenset(("sends", "relay", "watch", "interval", "manifests"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
@@ -213,7 +249,10 @@ class ActionModule(ActionBase):
                 "-e model to the hosts — macOS ships it (/usr/bin/rsync); on Linux: apt "
                 "install rsync")
         results, verified = interruptible(lambda: transfer(args, task_vars["inventory_hostname"]))
-        errors = transfer_errors(results)
+        recorded, errors = [], transfer_errors(results)
+        if not errors:
+            recorded, errors = interruptible(lambda: record(args.get("watch") or {}, verified,
+                                                            args.get("manifests") or {}))
         result.update(changed=bool(results), results=results, verified=verified,
-                      failed=bool(errors), msg="\n".join(errors))
+                      recorded=recorded, failed=bool(errors), msg="\n".join(errors))
         return result

@@ -113,23 +113,6 @@ def staging_stale_lines(stale):
     return lines
 
 
-def staging_record_errors(recorded, manifests, host, skipped=None):
-    """A message per input whose copy, hashed on host after the transfer, is not the
-    controller's (recorded: what files/staging.py record printed there; skipped: as for
-    staging_stale)."""
-    errors = []
-    for rel, got in sorted(recorded.items()):
-        expected = manifests[rel]
-        left = set((skipped or {}).get(rel, ()))
-        differ = sorted(name for name in set(expected) | set(got)
-                        if name not in left and expected.get(name) != got.get(name))
-        if differ:
-            errors.append(f"{host}: {rel} differs from the controller's after the transfer: "
-                          f"{', '.join(differ)} — check the disk and the link, then run "
-                          "train.yml again")
-    return errors
-
-
 def staging_remote_path(info, rel):
     """Where rel lies on a host (info: its cluster_host_info), as rsync's remote path: relative
     to the login's home when the work dir is under it, so a space in the home needs no quoting
@@ -298,10 +281,11 @@ def staging_relay_argv(staged, ranked_vars, hosts, hostvars, manifests, commands
 
 
 def staging_watch_commands(ranked_vars, manifests, script):
-    """{host: {argv, totals}} for every ranked host that lacks inputs (its fact launch_stale):
-    the command the controller runs to read what arrived there (files/staging.py received, its
-    source `script`, with that host's Python, over the ssh Ansible uses) and each input's size,
-    for staging_transfer's progress."""
+    """{host: {argv, totals, record, skipped}} for every ranked host that lacks inputs (its fact
+    launch_stale): the command the controller runs to read what arrived there (files/staging.py
+    received, its source `script`, with that host's Python, over the ssh Ansible uses) and each
+    input's size, for staging_transfer's progress; the one that hashes its copies after the
+    transfer and records their manifests (record), and its files not sent (launch_plan.skipped)."""
     watch = {}
     for hv in ranked_vars:
         rels, skipped = list(hv["launch_stale"]), hv["launch_plan"]["skipped"]
@@ -309,6 +293,7 @@ def staging_watch_commands(ranked_vars, manifests, script):
             continue
         watch[hv["inventory_hostname"]] = {
             "argv": _on_host(hv, script, "received", rels),
+            "record": _on_host(hv, script, "record", rels), "skipped": skipped,
             "totals": {rel: sum(entry[0] for entry in _without(manifests[rel],
                                                                skipped.get(rel, ())).values())
                        for rel in rels}}
@@ -325,7 +310,6 @@ class FilterModule:
             "staging_hub_rel": staging_hub_rel,
             "staging_hub_revision": staging_hub_revision,
             "staging_stale_lines": staging_stale_lines,
-            "staging_record_errors": staging_record_errors,
             "staging_rsync_error": staging_rsync_error,
             "staging_remote_path": staging_remote_path,
             "staging_rsync_argv": staging_rsync_argv,
