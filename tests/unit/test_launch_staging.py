@@ -184,6 +184,9 @@ def test_the_stale_lines_name_the_first_differences_and_count_the_rest():
     stale = {"data/d": [f"f{i} missing" for i in range(5)]}
     assert staging.staging_stale_lines(stale) == [
         "data/d: f0 missing; f1 missing; f2 missing; and 2 more: sending it again"]
+    ranked = [{"inventory_hostname": "h1", "launch_stale": {}},
+              {"inventory_hostname": "h2", "launch_stale": stale}]
+    assert staging.staging_stale_names(ranked) == {"h2": staging.staging_stale_lines(stale)}
 
 
 def test_a_copy_that_differs_after_its_transfer_is_named_with_its_host(tmp_path, model):

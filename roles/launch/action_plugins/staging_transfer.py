@@ -1,7 +1,9 @@
-"""Send the staged inputs (tasks/send_inputs.yml) and show how far the transfers are.
+"""Send the staged inputs (tasks/stage_inputs.yml) and show how far the transfers are.
 
 Ansible prints a task's result only when the task ends: gigabytes over a laptop's Wi-Fi would be
-minutes of silence. This action runs on the launch host's turn: the controller's rsyncs to the
+minutes of silence. This action runs on the launch host's turn. It first shows, for each host, the
+copies that differ there and why (`names`: {host: lines}); in check mode, that is all. Then the
+controller's rsyncs to the
 launch host (`sends`, one after another, here on the controller), while the launch host passes
 each file on to the others as it arrives (`relay`: the command that runs files/staging.py relay
 there, started with the sends, told "done" when they succeeded), then runs its rsyncs to the
@@ -236,12 +238,19 @@ def transfer(args, host):
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
-    _supports_check_mode = False  # it would send
-    _VALID_ARGS = frozenset(("sends", "relay", "watch", "interval", "manifests"))
+    _supports_check_mode = True  # it names what differs, and sends nothing
+    _VALID_ARGS = frozenset(("names", "sends", "relay", "watch", "interval", "manifests"))
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         args = self._task.args
+        names = args.get("names") or {}
+        for host in sorted(names):
+            for line in names[host]:
+                display.display(f"[{host}] {line}")
+        if self._task.check_mode:
+            result.update(changed=bool(names))
+            return result
         sends = args.get("sends") or []
         if sends and shutil.which(sends[0]["argv"][0]) is None:
             raise AnsibleActionFail(

@@ -113,6 +113,13 @@ def staging_stale_lines(stale):
     return lines
 
 
+def staging_stale_names(ranked_vars):
+    """{host: its staging_stale_lines} of the ranked hosts (their variables) whose copies differ
+    (their fact launch_stale), for staging_transfer to show."""
+    return {hv["inventory_hostname"]: staging_stale_lines(hv["launch_stale"])
+            for hv in ranked_vars if hv["launch_stale"]}
+
+
 def staging_remote_path(info, rel):
     """Where rel lies on a host (info: its cluster_host_info), as rsync's remote path: relative
     to the login's home when the work dir is under it, so a space in the home needs no quoting
@@ -309,7 +316,7 @@ class FilterModule:
             "staging_watch_commands": staging_watch_commands,
             "staging_hub_rel": staging_hub_rel,
             "staging_hub_revision": staging_hub_revision,
-            "staging_stale_lines": staging_stale_lines,
+            "staging_stale_names": staging_stale_names,
             "staging_rsync_error": staging_rsync_error,
             "staging_remote_path": staging_remote_path,
             "staging_rsync_argv": staging_rsync_argv,
