@@ -273,7 +273,7 @@ def test_the_launch_host_sends_each_other_host_only_what_it_lacks_to_its_mpi_add
     ssh = ["-e", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes"]
 
     def makes(into):
-        return f"--rsync-path=mkdir -p -m 700 -- {into} && rsync"
+        return f"--rsync-path=mkdir -p -- {into} && chmod 700 -- {into} && rsync"
 
     assert commands == [
         {"item": {"host": "h2", "rel": "models/m", "from": "h1"},
@@ -444,6 +444,7 @@ def test_each_file_goes_on_as_it_arrives_and_only_the_controllers_bytes_are_kept
     assert relayed["verified"] == {"h1": ["data/c.txt"], "h2": ["data/c.txt"], "h3": ["models/m"]}
     assert sorted(os.listdir(partial / "models" / "m")) == ["w.bin"]
     assert oct((partial / "models" / "m").stat().st_mode & 0o777) == "0o700"
+    assert oct((partial / "models").stat().st_mode & 0o777) == "0o700"  # made 0755 by the test
     assert (other / "data" / "c.txt").read_bytes() == small
     copy = other / "models" / "m"
     assert sorted(os.listdir(copy)) == ["w.bin"]  # x.bin, not the controller's, for rsync
@@ -521,7 +522,8 @@ def test_the_controller_reaches_the_launch_host_as_ansible_does():
                                           for rel in stale]
     argv = sends[0]["argv"]
     assert argv[:7] == ["rsync", "-r", "-t", "-L", "--delete", "--timeout=60", "--partial"]
-    assert argv[7:9] == ["--rsync-path=mkdir -p -m 700 -- mlx-cluster/models && rsync", "-e"]
+    assert argv[7:9] == ["--rsync-path=mkdir -p -- mlx-cluster/models && chmod 700 -- "
+                         "mlx-cluster/models && rsync", "-e"]
     assert shlex.split(argv[9]) == ["ssh", "-o", "BatchMode=yes", "-p", "2222", "-i", "~/.ssh/k",
                                     "-l", "ann", "-o", "UserKnownHostsFile=/tmp/kh",
                                     "-o", "IdentitiesOnly=yes"]
@@ -529,7 +531,8 @@ def test_the_controller_reaches_the_launch_host_as_ansible_does():
     plain = staging.staging_controller_argv(STAGED, "data/c.txt", stale["data/c.txt"],
                                             {"inventory_hostname": "h1"}, info("h1"))
     # Same size and mtime but not the recorded content: rsync compares checksums.
-    assert plain[7:] == ["-c", "--rsync-path=mkdir -p -m 700 -- mlx-cluster/data && rsync",
+    assert plain[7:] == ["-c", "--rsync-path=mkdir -p -- mlx-cluster/data && chmod 700 -- "
+                         "mlx-cluster/data && rsync",
                          "-e", "ssh -o BatchMode=yes", "/ctrl/c.txt", "h1:mlx-cluster/data/c.txt"]
 
 
@@ -537,7 +540,7 @@ def test_the_remote_rsync_makes_the_private_directory_its_copy_goes_into(tmp_pat
     """rsync over a remote shell that runs its command in the host's home, as ssh does: the
     directories the copy goes into are made first (a space in the home is no matter)."""
     home = tmp_path / "Jane Doe"
-    (home / "mlx-cluster").mkdir(parents=True)
+    (home / "mlx-cluster" / "models").mkdir(parents=True, mode=0o755)  # an older version's
     remote_shell = tmp_path / "rsh"
     remote_shell.write_text(f'#!/bin/sh\nshift\ncd {shlex.quote(str(home))} && exec sh -c "$*"\n')
     remote_shell.chmod(0o700)

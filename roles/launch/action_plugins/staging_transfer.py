@@ -3,11 +3,11 @@
 Ansible prints a task's result only when the task ends: gigabytes over a laptop's Wi-Fi would be
 minutes of silence. This action runs on the launch host's turn. It first shows, for each host, the
 copies that differ there and why (`names`: {host: lines}); in check mode, that is all. Then the
-controller's rsyncs to the
-launch host (`sends`, one after another, here on the controller), while the launch host passes
-each file on to the others as it arrives (`relay`: the command that runs files/staging.py relay
-there, started with the sends, told "done" when they succeeded), then runs its rsyncs to the
-others of what the relay did not deliver whole (all at once; not after a failed send). The
+controller's rsyncs to the launch host (`sends`, one after another, here on the controller), while
+the launch host passes each file on to the others as it arrives (`relay`: the command that runs
+files/staging.py relay there, started with the sends, told "done" when they succeeded), then runs
+its rsyncs to the others of what the relay did not deliver whole (all at once; not after a failed
+send). The
 relay's stdin is a pipe this process holds open until it ends: when the play is interrupted
 (Ctrl-C, a killed controller), the pipe closes and the launch host kills its transfers. While
 they run, every `interval` seconds it reads what arrived on each receiving host (`watch`:

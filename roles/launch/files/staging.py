@@ -577,6 +577,7 @@ def take(work_dir, _):
     while header := stream.readline():
         file = json.loads(header)
         full = os.path.join(work_dir, file["path"])
+        prepare(work_dir, [file["rel"]])  # its data/ or models/, private
         os.makedirs(os.path.dirname(full), mode=0o700, exist_ok=True)
         temporary = os.path.join(os.path.dirname(full),
                                  f".{os.path.basename(full)}.{secrets.token_hex(3)}")

@@ -144,7 +144,8 @@ def staging_rsync_argv(src, dest, is_dir, rsh, problems=(), skipped=(), into="")
         src, dest = src.rstrip("/") + "/", dest.rstrip("/") + "/"
     checksum = ["-c"] if any(p.endswith(UNVERIFIED) for p in problems) else []
     excluded = [f"--exclude=/{name}" for name in skipped]
-    makes = [f"--rsync-path=mkdir -p -m 700 -- {shlex.quote(into)} && rsync"] if into else []
+    made = shlex.quote(into)
+    makes = [f"--rsync-path=mkdir -p -- {made} && chmod 700 -- {made} && rsync"] if into else []
     return ["rsync", *RSYNC_FLAGS, *checksum, *excluded, *makes, "-e", rsh, src, dest]
 
 
