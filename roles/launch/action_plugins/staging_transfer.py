@@ -7,23 +7,21 @@ controller's rsyncs to the launch host (`sends`, one after another, here on the 
 the launch host passes each file on to the others as it arrives (`relay`: the command that runs
 files/staging.py relay there, started with the sends, told "done" when they succeeded), then runs
 its rsyncs to the others of what the relay did not deliver whole (all at once; not after a failed
-send). The
-relay's stdin is a pipe this process holds open until it ends: when the play is interrupted
-(Ctrl-C, a killed controller), the pipe closes and the launch host kills its transfers. While
-they run, every `interval` seconds it reads what arrived on each receiving host (`watch`:
+send). The relay's stdin is a pipe this process holds open until it ends: when the play is
+interrupted (Ctrl-C, a killed controller), the pipe closes and the launch host kills its transfers.
+While they run, every `interval` seconds it reads what arrived on each receiving host (`watch`:
 filter_plugins/staging.py staging_watch_commands) and prints a line per host and input: the bytes
-there of the input's size, the rate since the last reading and the time left. A stage shorter
-than the interval reads nothing. The results are concurrent_commands' (item, rc, stdout, stderr),
-one per transfer; a failed transfer fails the action, naming it (transfer_errors). Then each host
-with a copy the relay did not record whole as the controller's (an rsync wrote it: the usual
-launch has none) hashes its copies and records their manifests (`watch`'s record command), all at
-once; a copy that is not the controller's fails the action, naming it (record_errors).
-`verified`: {host: the inputs the relay recorded there}; `recorded`: the hosts hashed after.
+there of the input's size, the rate since the last reading and the time left. A stage shorter than
+the interval reads nothing. The results are concurrent_commands' (item, rc, stdout, stderr), one
+per transfer; a failed transfer fails the action, naming it (transfer_errors). Then each host with
+a copy the relay did not record whole as the controller's (an rsync wrote it: the usual launch has
+none) hashes its copies and records their manifests (`watch`'s record command), all at once; a copy
+that is not the controller's fails the action, naming it (record_errors). `verified`: {host: the
+inputs the relay recorded there}; `recorded`: the hosts hashed after.
 """
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -35,7 +33,10 @@ from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
+
 display = Display()
+staging = load("roles/launch/files/staging.py")
 
 MIB = 1 << 20
 # Seconds a reading may take (an ssh login and a Python start on a busy host).
@@ -104,11 +105,11 @@ def record(watch, verified, manifests):
 
 
 def _run(command):
-    """command's result on the controller, in concurrent_commands' shape; the directory it
-    writes into (into: a launch host Ansible runs on locally) made first, private."""
-    if command.get("into"):
-        os.makedirs(command["into"], mode=0o700, exist_ok=True)
-        os.chmod(command["into"], 0o700)
+    """command's result on the controller, in concurrent_commands' shape; the private directory
+    it writes into made first (prepare: [work dir, rel], to a launch host Ansible runs on
+    locally)."""
+    if command.get("prepare"):
+        staging.prepare(*command["prepare"])
     done = subprocess.run(command["argv"], capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, check=False)
     return {"item": command["item"], "cmd": command["argv"], "rc": done.returncode,

@@ -473,10 +473,9 @@ def relay(work_dir, spec):
     whole as the controller's, private: record's work done}}. spec["paths"]: {rel: {name: its
     path under the work dir}} of the files of spec["manifests"]. What it read whole with the
     controller's sha256 is recorded on the launch host (spec["launch_host"]) too (record reads it
-    no more). stdin: "done" when the
-    controller's sends succeeded (each file is then read to its end), held open until the relay
-    ends; closed before (the play interrupted, a send failed), the relay, its ssh and its rsyncs
-    are killed at once."""
+    no more). stdin: "done" when the controller's sends succeeded (each file is then read to its
+    end), held open until the relay ends; closed before (the play interrupted, a send failed),
+    the relay, its ssh and its rsyncs are killed at once."""
     sinks = {}
     for host in spec["hosts"]:
         take_argv = [host["python"], "-c", spec["script"], "take", host["work_dir"], "null"]
@@ -537,11 +536,11 @@ def relay(work_dir, spec):
     verified_here = _record_read(work_dir, spec, read_whole, verified)
     needless = [c for c in spec["commands"]
                 if c["whole"] and c["item"]["rel"] in delivered.get(c["item"]["host"], ())]
-    recorded = {spec["launch_host"]: verified_here} if verified_here else {}
+    whole_on = {spec["launch_host"]: verified_here} if verified_here else {}
     for command in needless:
-        recorded.setdefault(command["item"]["host"], []).append(command["item"]["rel"])
+        whole_on.setdefault(command["item"]["host"], []).append(command["item"]["rel"])
     return {"results": transfers(work_dir, [c for c in spec["commands"] if c not in needless]),
-            "verified": recorded}
+            "verified": whole_on}
 
 
 def _chunks(stream):

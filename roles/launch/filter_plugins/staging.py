@@ -136,10 +136,10 @@ def staging_rsync_argv(src, dest, is_dir, rsh, problems=(), skipped=(), into="")
     leaves there too (--exclude; /: the directory's own, no pattern in a weight file's name).
     openrsync does the same (kristapsdz/openrsync 8235c68, with Apple's changes: rules.c anchors
     a leading / at the transfer's root, the client sends its rules when --delete is on, and
-    flist.c's deletion skips what they exclude). into: the directory on the
-    host that dest goes into (under the login's home, where the remote shell starts), which the
-    remote rsync makes first, private (--rsync-path, in openrsync since its first release): a
-    transfer needs no round over the hosts before it."""
+    flist.c's deletion skips what they exclude). into: the directory on the host that dest goes
+    into (under the login's home, where the remote shell starts), which the remote rsync makes
+    first, private, as files/staging.py prepare does (--rsync-path, in openrsync since its first
+    release): a transfer needs no round over the hosts before it."""
     if is_dir:
         src, dest = src.rstrip("/") + "/", dest.rstrip("/") + "/"
     checksum = ["-c"] if any(p.endswith(UNVERIFIED) for p in problems) else []
@@ -198,14 +198,13 @@ def staging_controller_argv(staged, rel, problems, hostvars, info, fetched=None)
 def staging_controller_commands(staged, stale, hostvars, info, fetched=None):
     """The controller's rsyncs to the launch host of the inputs it lacks (stale: its fact
     launch_stale), one after another (staging_transfer's sends); fetched: as for
-    staging_controller_argv. To a launch host Ansible runs on locally, each names the directory
-    it goes into (into), which staging_transfer makes first."""
-    def into(rel):
-        return {"into": posixpath.dirname(posixpath.join(info["work_dir"], rel))}
-
+    staging_controller_argv. To a launch host Ansible runs on locally, each names the input for
+    staging_transfer to make its private directory first (files/staging.py prepare's
+    arguments)."""
+    local = _is_local(hostvars)
     return [{"item": {"host": hostvars["inventory_hostname"], "rel": rel, "from": "the controller"},
              "argv": staging_controller_argv(staged, rel, problems, hostvars, info, fetched),
-             **(into(rel) if _is_local(hostvars) else {})}
+             **({"prepare": [info["work_dir"], [rel]]} if local else {})}
             for rel, problems in stale.items()]
 
 
