@@ -34,8 +34,9 @@ def leftovers(vc) -> list[str]:
         if Path("/home", user).exists():
             found.append(f"home /home/{user}")
     routes = subprocess.run(["ip", "route", "show", "type", "unreachable"], capture_output=True)
-    subnet = str(vc.thunderbolt_subnet)
-    found += [f"route {r}" for r in routes.stdout.decode().splitlines() if subnet in r.split()]
+    subnets = {str(vc.thunderbolt_subnet), str(vc.mgmt_subnet)}
+    found += [f"route {r}" for r in routes.stdout.decode().splitlines()
+              if subnets & set(r.split())]
     if Path(f"/etc/sudoers.d/vcluster-{vc.id}").exists():
         found.append("sudoers file")
     if vc.dir.exists():

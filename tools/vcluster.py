@@ -544,6 +544,10 @@ class VirtualCluster:
         # its addresses to the default gateway.
         self._record("route", dst=str(self.thunderbolt_subnet))
         sh(["ip", "route", "add", "unreachable", str(self.thunderbolt_subnet)])
+        # Nor to the hosts' management addresses while the bridge has no address of the
+        # controller's (a test takes it away): below the bridge's own route, in its place.
+        self._record("route", dst=str(self.mgmt_subnet))
+        sh(["ip", "route", "add", "unreachable", str(self.mgmt_subnet), "metric", "4096"])
         # The Thunderbolt wiring: one switch all bridge0s are cabled to, or one wire per cable.
         self._record("netns", name=self.switch_netns)
         sh(["ip", "netns", "add", self.switch_netns])

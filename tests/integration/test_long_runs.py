@@ -214,15 +214,20 @@ def test_a_lora_job_slow_to_load_and_evaluate_runs_on_and_a_rank_frozen_evaluati
 
 
 def test_the_play_survives_the_controller_changing_address(vc, tmp_path):
-    """A laptop that sleeps and wakes on another network: its ssh connections are dead."""
+    """A laptop that sleeps and wakes on another network: its ssh connections are dead. The job
+    is long enough to outlast the reading of its step and the address's removal (300 steps, 200
+    of them after FAULT_STEP, ended before that once in make test): about 20 s here, as long as
+    the play takes to notice a dead connection."""
     bridge, old = vc.mgmt_bridge, f"{vc.controller_ip}/24"
     new = f"{vc.mgmt_subnet[200]}/24"
-    thread, outcome = in_background(lambda: train(vc, tmp_path, "roaming", **JOB))
+    job = {**JOB, "steps": 1000}
+    thread, outcome = in_background(lambda: train(vc, tmp_path, "roaming", **job))
     try:
         # The play following the job, not in a task before: those run over new connections.
         wait_for(lambda: following(tmp_path, "roaming") and at_step(vc, "roaming", FAULT_STEP),
                  600, f"the play following rank 0 at step {FAULT_STEP}")
         subprocess.run(["ip", "addr", "del", old, "dev", bridge], check=True)
+        assert job_state(vc, "roaming")["state"] == "running", "the job ended before the change"
         time.sleep(20)
         subprocess.run(["ip", "addr", "add", new, "dev", bridge], check=True)
         thread.join(timeout=900)
@@ -234,7 +239,7 @@ def test_the_play_survives_the_controller_changing_address(vc, tmp_path):
     assert not thread.is_alive(), "the play never came back"
     run, out = outcome["value"]
     assert run.status == "successful", run.stdout[-6000:]
-    assert json.loads((out / "summary.json").read_text())["steps"] == JOB["steps"]
+    assert json.loads((out / "summary.json").read_text())["steps"] == job["steps"]
     assert "lost the connection" in run.stdout
     # A play started afterwards does not hang on connections left from before the change.
     status, _ = train(vc, tmp_path, "after-roaming", status=True)
