@@ -175,6 +175,26 @@ def test_cable_link_rows_name_a_slow_cable_by_both_ends():
     assert slow["detail"] == "40 us, 0.80 Gbit/s (< 0.25 x best 9.50 Gbit/s)"
 
 
+def test_a_cable_measured_slow_is_measured_again_and_its_faster_run_counts():
+    plan = cables.cable_plan(RING, NAMES, POOL)
+    a, c, b = plan["cables"]
+    first = [pingpong(a, 9.5), pingpong(b, 9.0), pingpong(c, 0.8)]
+    assert doctor.doctor_slow_cables(first, 0.25) == [c]
+    # Its host was busy the first time: fast again, not slow.
+    rows = doctor.doctor_cable_link_rows(first + [pingpong(c, 8.7)], 0.25, 120)
+    assert [(r["target"], r["status"], r["detail"]) for r in rows if r["target"] == c["label"]] \
+        == [(c["label"], "ok", "40 us, 8.70 Gbit/s")]
+    # Slow both times: slow, at its faster run; a run that failed the second time: failed.
+    rows = doctor.doctor_cable_link_rows(first + [pingpong(c, 1.1)], 0.25, 120)
+    [slow] = [r for r in rows if r["status"] == "failed"]
+    assert (slow["target"], slow["reason"]) == (c["label"], "slow")
+    assert slow["detail"].startswith("40 us, 1.10 Gbit/s")
+    rows = doctor.doctor_cable_link_rows(first + [pingpong(c, 0, rc=1)], 0.25, 120)
+    assert [(r["target"], r["reason"]) for r in rows if r["status"] == "failed"] == [
+        (c["label"], "error")]
+    assert doctor.doctor_slow_cables(first[:2], 0.25) == []
+
+
 def test_a_cable_whose_ping_pong_failed_is_a_failed_row():
     plan = cables.cable_plan(RING, NAMES, POOL)
     a, _, b = plan["cables"]

@@ -479,12 +479,17 @@ def doctor_env_diff(packages, reference):
     return [f"+{p}" for p in sorted(mine - theirs)] + [f"-{p}" for p in sorted(theirs - mine)]
 
 
+def _slow_links(links, min_ratio):
+    """(the best link's Gbit/s, the links below min_ratio x that)."""
+    best = max((link["gbps"] for link in links), default=0)
+    return best, [link for link in links if best and link["gbps"] < min_ratio * best]
+
+
 def _link_rows(check, links, min_ratio):
     """Rows of measured links [{"target", "ends": (a, b), "latency_us", "gbps"}]: a link below
     min_ratio x the best one is slow; when every slow link shares one host, the detail names it
     (one bad port or cable shows as all that host's links being slow)."""
-    best = max((link["gbps"] for link in links), default=0)
-    slow = [link for link in links if best and link["gbps"] < min_ratio * best]
+    best, slow = _slow_links(links, min_ratio)
     shared = None
     if slow:
         common = set.intersection(*(set(link["ends"]) for link in slow))
@@ -517,27 +522,45 @@ def doctor_link_rows(matrix, by_hostname, min_ratio=0.25):
     ], min_ratio)
 
 
-def doctor_cable_link_rows(results, min_ratio=0.25, bound=None):
-    """Rows per cable from one pingpong.py run across each cable (its two hosts, Open MPI's data
-    on that cable's /30 alone): results are those runs read through `command_result`, each with
-    the cable (a cable_plan entry with its "label") as item. A run that printed no matrix is a
-    failed row naming the cable."""
-    links, rows = [], []
+def _cable_links(results, bound):
+    """(failed rows, measured links) of pingpong.py runs across cables (read through
+    `command_result`, each with its cable, a cable_plan entry with its "label", as item). A cable
+    measured more than once is as fast as its fastest run; any failed run of it is its row."""
+    failed, fastest = {}, {}
     for result in results:
         cable = result["item"]
         matrix = next((json.loads(line) for line in str(result.get("stdout", "")).splitlines()
                        if line.startswith("{")), None)
         if result["timed_out"] or result.get("rc") or result.get("failed"):
-            rows.append(doctor_command_row(result, "cable_link", cable["label"], bound))
-            continue
-        if not matrix or len(matrix.get("pairs") or []) != 1:
-            rows.append(doctor_row("cable_link", cable["label"], False,
-                                   f"no measurement printed: {result['stdout_last']!r}", "error"))
-            continue
-        [pair] = matrix["pairs"]
-        links.append({"target": cable["label"], "ends": tuple(cable["hosts"]),
-                      "latency_us": pair["latency_us"], "gbps": pair["gbps"]})
-    return rows + _link_rows("cable_link", links, min_ratio)
+            failed.setdefault(cable["label"], doctor_command_row(
+                result, "cable_link", cable["label"], bound))
+        elif not matrix or len(matrix.get("pairs") or []) != 1:
+            failed.setdefault(cable["label"], doctor_row(
+                "cable_link", cable["label"], False,
+                f"no measurement printed: {result['stdout_last']!r}", "error"))
+        else:
+            [pair] = matrix["pairs"]
+            link = {"target": cable["label"], "ends": tuple(cable["hosts"]),
+                    "latency_us": pair["latency_us"], "gbps": pair["gbps"], "cable": cable}
+            if link["gbps"] > fastest.get(cable["label"], {"gbps": -1})["gbps"]:
+                fastest[cable["label"]] = link
+    return list(failed.values()), [link for label, link in fastest.items() if label not in failed]
+
+
+def doctor_slow_cables(results, min_ratio=0.25):
+    """The cables whose ping-pong run (results as for doctor_cable_link_rows) was below
+    min_ratio x the best cable's: each is measured again before it is called slow, since a
+    moment when one of its hosts was busy is not a bad cable."""
+    return [link["cable"] for link in _slow_links(_cable_links(results, None)[1], min_ratio)[1]]
+
+
+def doctor_cable_link_rows(results, min_ratio=0.25, bound=None):
+    """Rows per cable from pingpong.py runs across each cable (its two hosts, Open MPI's data
+    on that cable's /30 alone), read through `command_result`, each with the cable as item; a
+    cable measured again counts its faster run. A run that printed no matrix is a failed row
+    naming the cable."""
+    failed, links = _cable_links(results, bound)
+    return failed + _link_rows("cable_link", links, min_ratio)
 
 
 def doctor_link_table(matrix, by_hostname):
@@ -633,6 +656,7 @@ class FilterModule:
             "doctor_macos_rows": doctor_macos_rows,
             "doctor_link_table": doctor_link_table,
             "doctor_rdma_row": doctor_rdma_row,
+            "doctor_slow_cables": doctor_slow_cables,
             "doctor_row": doctor_row,
             "doctor_report_rows": doctor_report_rows,
             "doctor_ssh_row": doctor_ssh_row,
