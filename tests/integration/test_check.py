@@ -211,6 +211,9 @@ def test_one_slow_link_is_named(cluster, tmp_path):
                                                         ("link", f"{b} <-> {c}")}
     assert f"every slow pair includes {c}" in bad[("link", f"{a} <-> {c}")]["detail"]
     assert ("ping", f"{a} -> {c}") not in bad  # slow, not broken
+    # Slow in the first ping-pong, so measured again (and slow again: its row says so).
+    again = run.stdout.split("Ping-pong again between every pair of hosts when one measured slow")
+    assert "ok: [" in again[1].split("TASK [")[0]
 
 
 def test_hung_mpirun_becomes_a_failed_row_at_its_bound(cluster, tmp_path):

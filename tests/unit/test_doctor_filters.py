@@ -172,6 +172,21 @@ def test_link_rows_all_similar_are_ok():
     assert {r["status"] for r in doctor.doctor_link_rows(matrix, {})} == {"ok"}
 
 
+def test_a_pair_measured_again_counts_its_better_figures():
+    """The second run's ranks may sit on the hosts in another order: pairs go by host."""
+    again = {"hosts": ["h2", "h1", "h3"], "size": 1048576, "pairs": [
+        {"a": 0, "b": 1, "latency_us": 40, "gbps": 11.0},  # h2-h1
+        {"a": 1, "b": 2, "latency_us": 60, "gbps": 10.5},  # h1-h3: busy the first time
+        {"a": 0, "b": 2, "latency_us": 320, "gbps": 0.04}]}  # h2-h3: slow again
+    merged = doctor.doctor_faster_matrix(MATRIX, again)
+    assert merged["hosts"] == MATRIX["hosts"]
+    assert [(p["a"], p["b"], p["latency_us"], p["gbps"]) for p in merged["pairs"]] == [
+        (0, 1, 40, 12.0), (0, 2, 60, 10.5), (1, 2, 310, 0.05)]
+    rows = {r["target"]: r for r in doctor.doctor_link_rows(merged, {}, 0.25)}
+    assert [t for t, r in rows.items() if r["status"] != "ok"] == ["h2 <-> h3"]
+    assert doctor.doctor_faster_matrix(MATRIX, {}) == MATRIX
+
+
 def test_link_table_is_symmetric_markdown():
     table = doctor.doctor_link_table(MATRIX, {"h1": "a", "h2": "b", "h3": "c"})
     assert "| latency (us) | a | b | c |" in table

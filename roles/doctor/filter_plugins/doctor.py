@@ -509,6 +509,24 @@ def _link_rows(check, links, min_ratio):
     return rows
 
 
+def doctor_faster_matrix(matrix, again):
+    """matrix (pingpong.py's) with each pair's better figures from `again`, the same hosts
+    measured a second time: the higher bandwidth, the lower latency."""
+    if not again:
+        return matrix
+
+    def by_hosts(m):
+        return {tuple(sorted((m["hosts"][p["a"]], m["hosts"][p["b"]]))): p for p in m["pairs"]}
+
+    second = by_hosts(again)
+    pairs = []
+    for key, pair in by_hosts(matrix).items():
+        other = second.get(key, pair)
+        pairs.append({**pair, "gbps": max(pair["gbps"], other["gbps"]),
+                      "latency_us": min(pair["latency_us"], other["latency_us"])})
+    return {**matrix, "pairs": pairs}
+
+
 def doctor_link_rows(matrix, by_hostname, min_ratio=0.25):
     """Rows per host pair from pingpong.py output; a pair < min_ratio x the best pair is slow.
 
@@ -650,6 +668,7 @@ class FilterModule:
             "doctor_command_row": doctor_command_row,
             "doctor_digest": doctor_digest,
             "doctor_env_diff": doctor_env_diff,
+            "doctor_faster_matrix": doctor_faster_matrix,
             "doctor_failed": doctor_failed,
             "doctor_iface_row": doctor_iface_row,
             "doctor_link_rows": doctor_link_rows,
