@@ -56,6 +56,9 @@ def test_parse_run_failure_explains_with_the_failing_peer():
     assert entry["error"] == "ModuleNotFoundError: No module named 'mlx'"
     hung = bench.bench_parse_run(read({"failed": True, "msg": "Timeout exceeded"}), NET, "mpi")
     assert "time bound" in hung["error"]
+    # allreduce.py's --deadline: the kernel ended the rank (SIGALRM)
+    ended = bench.bench_parse_run(read({"rc": -14, "stderr": ""}), NET, "ring")
+    assert ended["error"] == "hung, stopped at the time bound"
 
 
 def test_busbw():

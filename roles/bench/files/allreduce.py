@@ -13,11 +13,14 @@ The fastest round is what the links and backend can do (other load on a host onl
 time); the median is what a training step usually sees. A configuration is only clearly faster
 than another when its median beats the other's minimum.
 Every rank runs the same number of rounds (rank 0 decides from a timed round), so no rank
-waits in a collective the others skipped.
+waits in a collective the others skipped. With --deadline the kernel ends the process when it
+passes (SIGALRM, exit -14), also in a collective whose peer is gone: a hung run leaves nothing
+running on its host.
 """
 
 import argparse
 import json
+import signal
 import statistics
 import time
 
@@ -88,9 +91,12 @@ def main():
                         help="what the gradient travels as (bfloat16: MLX backends)")
     parser.add_argument("--seconds", type=float, default=0.5, help="time budget per size")
     parser.add_argument("--max-rounds", type=int, default=50)
+    parser.add_argument("--deadline", type=int, default=0,
+                        help="seconds after which the process ends (0: none)")
     args = parser.parse_args()
     if args.backend == "mpi4py" and args.dtype != "float32":
         parser.error("mpi4py sums float32 only")
+    signal.alarm(args.deadline)  # SIGALRM's default action: no handler, which a collective blocks
 
     comm = Mpi4py() if args.backend == "mpi4py" else Mlx(args.backend, args.dtype)
     fastest, median, rounds = zip(*(measure(comm, n, args.seconds, args.max_rounds)

@@ -11,6 +11,7 @@ import base64
 import itertools
 import json
 import math
+import signal
 import statistics
 
 MLX_BACKENDS = ("mpi", "ring")  # what train.yml can launch; mpi4py is the reference
@@ -81,7 +82,7 @@ def bench_ring_hostfile(ips, port):
 def _why(result):
     """Short reason a run failed: its time bound, or the gist of what it printed (result read
     through the shared `command_result` filter)."""
-    if result["timed_out"]:
+    if result["timed_out"] or result.get("rc") == -signal.SIGALRM:  # allreduce.py --deadline
         return "hung, stopped at the time bound"
     return result["gist"] or str(result.get("msg") or f"rc={result.get('rc')}")
 
