@@ -184,7 +184,7 @@ def test_a_cable_measured_slow_is_measured_again_and_its_faster_run_counts():
     rows = doctor.doctor_cable_link_rows(first + [pingpong(c, 8.7)], 0.25, 120)
     assert [(r["target"], r["status"], r["detail"]) for r in rows if r["target"] == c["label"]] \
         == [(c["label"], "ok", "40 us, 8.70 Gbit/s")]
-    # Slow both times: slow, at its faster run; a run that failed the second time: failed.
+    # Slow both times: slow, at its better figures; a run that failed the second time: failed.
     rows = doctor.doctor_cable_link_rows(first + [pingpong(c, 1.1)], 0.25, 120)
     [slow] = [r for r in rows if r["status"] == "failed"]
     assert (slow["target"], slow["reason"]) == (c["label"], "slow")

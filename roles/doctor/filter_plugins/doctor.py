@@ -543,8 +543,9 @@ def doctor_link_rows(matrix, by_hostname, min_ratio=0.25):
 def _cable_links(results, bound):
     """(failed rows, measured links) of pingpong.py runs across cables (read through
     `command_result`, each with its cable, a cable_plan entry with its "label", as item). A cable
-    measured more than once is as fast as its fastest run; any failed run of it is its row."""
-    failed, fastest = {}, {}
+    measured more than once counts its better figures, as doctor_faster_matrix does for pairs;
+    any failed run of it is its row."""
+    failed, best = {}, {}
     for result in results:
         cable = result["item"]
         matrix = next((json.loads(line) for line in str(result.get("stdout", "")).splitlines()
@@ -558,11 +559,12 @@ def _cable_links(results, bound):
                 f"no measurement printed: {result['stdout_last']!r}", "error"))
         else:
             [pair] = matrix["pairs"]
-            link = {"target": cable["label"], "ends": tuple(cable["hosts"]),
-                    "latency_us": pair["latency_us"], "gbps": pair["gbps"], "cable": cable}
-            if link["gbps"] > fastest.get(cable["label"], {"gbps": -1})["gbps"]:
-                fastest[cable["label"]] = link
-    return list(failed.values()), [link for label, link in fastest.items() if label not in failed]
+            before = best.get(cable["label"], pair)
+            best[cable["label"]] = {
+                "target": cable["label"], "ends": tuple(cable["hosts"]), "cable": cable,
+                "gbps": max(pair["gbps"], before["gbps"]),
+                "latency_us": min(pair["latency_us"], before["latency_us"])}
+    return list(failed.values()), [link for label, link in best.items() if label not in failed]
 
 
 def doctor_slow_cables(results, min_ratio=0.25):
@@ -575,7 +577,7 @@ def doctor_slow_cables(results, min_ratio=0.25):
 def doctor_cable_link_rows(results, min_ratio=0.25, bound=None):
     """Rows per cable from pingpong.py runs across each cable (its two hosts, Open MPI's data
     on that cable's /30 alone), read through `command_result`, each with the cable as item; a
-    cable measured again counts its faster run. A run that printed no matrix is a failed row
+    cable measured again counts its better figures. A run that printed no matrix is a failed row
     naming the cable."""
     failed, links = _cable_links(results, bound)
     return failed + _link_rows("cable_link", links, min_ratio)
