@@ -7,9 +7,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from ansible_collections.mlx_cluster.shared.plugins.module_utils.loader import load
 from tools.playbook import ROOT, run_playbook
 from tools.vcluster import VirtualCluster
 from tools.wheelhouse import offline_pip_args
+
+bench = load("roles/bench/filter_plugins/bench.py")  # bench.yml's reading of iperf3 and floor
+IPERF3_PORT = 5201
 
 
 @contextlib.contextmanager
@@ -50,3 +54,20 @@ def train_yml(vc, workdir, run, extra_args, env=None):
     if done.returncode != 0:
         raise SystemExit(f"train.yml failed:\n{done.stdout[-4000:]}")
     return wall, done.stdout
+
+
+def iperf3_gbps(vc, client, server, seconds=5):
+    """Gbit/s that one TCP stream moves from host client to host server over bridge0 (iperf3, as
+    bench.yml measures a link: what the link gives, the floor's rate)."""
+    server_ip = vc.host(server).thunderbolt_ip
+    vc.run(server, ["iperf3", "-s", "-1", "-D", "-B", server_ip, "-p", str(IPERF3_PORT)])
+    argv = ["iperf3", "-J", "-c", server_ip, "-B", vc.host(client).thunderbolt_ip,
+            "-p", str(IPERF3_PORT), "-t", str(seconds)]
+    for _ in range(20):  # until the server listens
+        done = vc.run(client, argv, check=False, timeout=seconds + 30)
+        link = bench.bench_iperf3_link(
+            {"rc": done.returncode, "stdout": done.stdout, "stderr": done.stderr})
+        if "gbps" in link:
+            return link["gbps"]
+        time.sleep(0.5)
+    raise SystemExit(f"iperf3 from {client} to {server} failed: {link['error']}")

