@@ -50,7 +50,7 @@ optimizer.init(model.trainable_parameters())
 inputs = mx.random.normal((batch, width), key=mx.random.key(group.rank()))
 mx.eval(model.parameters(), optimizer.state, inputs)
 loss_and_grad = nn.value_and_grad(model, lambda model, x: model(x).square().mean())
-average = lambda grads: distributed.average_gradients(grads, group, bucket)
+average = lambda grads: distributed.sum_gradients(grads, group, bucket)
 
 
 def step(way):

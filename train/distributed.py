@@ -124,16 +124,18 @@ def comm_stream():
     return mx.new_stream(mx.cpu)
 
 
-def average_gradients(grads, group, bucket_bytes, wire_dtype=mx.float32):
-    """Every rank's gradients averaged. Tensors travel concatenated in buckets of at least
-    bucket_bytes on the wire (0: one all-reduce per tensor; the first tensors' bucket may be
-    smaller) and as wire_dtype: bfloat16 halves the bytes, and the sums come back in each
-    tensor's own dtype, so the weights and the optimizer stay float32. (mlx.nn.average_gradients
-    has no wire dtype.) Buckets are filled from the last tensor back, the order in which the
-    backward pass computes them, and each one's all-reduce starts on comm_stream() as soon as
-    its gradients exist: given unevaluated gradients, they travel while the backward pass goes
-    on, as PyTorch's DDP does. Any other all-reduce until these are evaluated must run on
-    comm_stream() too, after them, in the same order on every rank."""
+def sum_gradients(grads, group, bucket_bytes, wire_dtype=mx.float32):
+    """Every rank's gradients summed: each rank's loss is its share of the global batch's mean
+    (train.loop), so the sum is the mean's gradient without a pass over every gradient to
+    divide it. Tensors travel concatenated in buckets of at least bucket_bytes on the wire (0:
+    one all-reduce per tensor; the first tensors' bucket may be smaller) and as wire_dtype:
+    bfloat16 halves the bytes, and the sums come back in each tensor's own dtype, so the weights
+    and the optimizer stay float32. (mlx.nn.average_gradients divides, and has no wire dtype.)
+    Buckets are filled from the last tensor back, the order in which the backward pass computes
+    them, and each one's all-reduce starts on comm_stream() as soon as its gradients exist:
+    given unevaluated gradients, they travel while the backward pass goes on, as PyTorch's DDP
+    does. Any other all-reduce until these are evaluated must run on comm_stream() too, after
+    them, in the same order on every rank."""
     if group.size() == 1:
         return grads
     buckets, bucket, size = [], [], 0
@@ -144,8 +146,8 @@ def average_gradients(grads, group, bucket_bytes, wire_dtype=mx.float32):
             buckets.append(bucket)
             bucket, size = [], 0
     buckets += [bucket] if bucket else []
-    return tree_unflatten([(key, total / group.size()) for bucket in buckets for key, total
-                           in all_sum_together(bucket, group, wire_dtype, comm_stream())])
+    return tree_unflatten([item for bucket in buckets
+                           for item in all_sum_together(bucket, group, wire_dtype, comm_stream())])
 
 
 def all_sum_together(items, group, wire_dtype=None, stream=None):

@@ -52,10 +52,10 @@ def build(args, group):
     return models.build(args.model, inputs.shape[1:], args.width), train, test, None
 
 
-def update(optimizer, model, averaged):
-    """The optimizer's step, each parameter's started in the order distributed.average_gradients
+def update(optimizer, model, grads):
+    """The optimizer's step, each parameter's started in the order distributed.sum_gradients
     sends their buckets: a bucket's parameters are updated while the next buckets travel."""
-    optimizer.update(model, averaged)
+    optimizer.update(model, grads)
     for _, parameter in reversed(tree_flatten(model.trainable_parameters())):
         mx.async_eval(parameter)
 
@@ -226,19 +226,19 @@ def run(args, group):
         tick = time.perf_counter()
         batch = train[data.global_batch(args.seed, step - 1, args.batch_size, len(train))]
         if stage is None:
-            # Each rank's loss sum is scaled so that the average over ranks is the mean loss over
-            # every target of the global batch: the gradients equal one process's on the batch.
-            scale = world / float(batch[2].sum())
+            # Each rank's loss is its share of the mean loss over every target of the global
+            # batch: summed over ranks, the gradients equal one process's on the whole batch.
+            scale = 1 / float(batch[2].sum())
             shard = map(mx.array, data.shard(batch, rank, world))
             loss, grads = loss_and_grad(model, *shard, scale)
             # Unevaluated: each bucket's all-reduce starts while the backward pass goes on.
-            averaged = distributed.average_gradients(grads, group, args.grad_bucket_bytes,
-                                                     getattr(mx, args.grad_dtype))
+            summed = distributed.sum_gradients(grads, group, args.grad_bucket_bytes,
+                                               getattr(mx, args.grad_dtype))
         else:  # the stages' sends and receives are the step itself
             loss, grads = pipeline.step(stage, batch, args.micro_batches, args.schedule, group)
-            averaged = grads
+            summed = grads
         mx.eval(loss, grads)
-        update(optimizer, model, averaged)
+        update(optimizer, model, summed)
         # Rank 0's stop request reaches every rank after the gradients' all-reduces, on their
         # stream: one more 4-byte sum, no extra round trip, and all ranks agree on the step.
         stop = mx.distributed.all_sum(mx.array(int(rank == 0 and stop_file.exists())),
@@ -253,8 +253,7 @@ def run(args, group):
         window_loss, window_steps = window_loss + loss, window_steps + 1
 
         if step % args.log_every == 0 or step == args.steps:
-            train_loss = mx.distributed.all_sum(window_loss, group=group).item() / world
-            train_loss /= window_steps
+            train_loss = mx.distributed.all_sum(window_loss, group=group).item() / window_steps
             speed = window_steps * args.batch_size / (time.perf_counter() - window_start)
             if rank == 0:
                 metrics.add(kind="train", step=step, loss=train_loss, lr=args.lr,

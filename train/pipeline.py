@@ -210,8 +210,8 @@ def actions(schedule, stages, micro_batches, rank):
 
 def step(stage, batch, micro_batches, schedule, group):
     """One step over the global batch (inputs, targets, weights as numpy), each replica its
-    share in the schedule's order: (the mean loss over the batch's targets, on every rank; this
-    stage's gradients, summed over its replicas)."""
+    share in the schedule's order: (this rank's share of the mean loss over the batch's targets,
+    zero but on the last stage; this stage's gradients, summed over its replicas)."""
     scale = 1 / float(batch[2].sum())  # each replica's loss is its share of the batch's mean
     batch = data.shard(batch, stage.replica, stage.replicas)
     micro = [tuple(map(mx.array, data.shard(batch, m, micro_batches)))
@@ -249,8 +249,7 @@ def step(stage, batch, micro_batches, schedule, group):
             loss = loss + value if stage.last else loss
             mx.eval(grads, loss)
     stage.model.update(params)
-    # The loss is the last stages': a sum to which the others add zeros.
-    return mx.distributed.all_sum(loss, group=group), over_replicas(stage, grads, group)
+    return loss, over_replicas(stage, grads, group)
 
 
 def over_replicas(stage, grads, group):

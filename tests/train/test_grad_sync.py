@@ -1,4 +1,4 @@
-"""train.distributed.average_gradients over a real `mpirun -np 2`: the mean of both ranks'
+"""train.distributed.sum_gradients over a real `mpirun -np 2`: the sum of both ranks'
 gradients for every bucket size, exact in float32 and within bfloat16's rounding on the wire,
 the same bit for bit when the all-reduces overlap the backward pass; and training with bfloat16
 gradients on the wire ends where float32 does."""
@@ -12,7 +12,7 @@ from .conftest import mpirun_cmd, needs_mpirun, run, summary, train_cmd
 
 pytestmark = needs_mpirun
 
-AVERAGE = """
+SUM = """
 import json, sys
 import mlx.core as mx
 import mlx.nn as nn
@@ -36,14 +36,14 @@ both = [gradients(rank) for rank in range(group.size())]
 errors = {}
 for dtype in ("float32", "bfloat16"):
     for bucket in (0, 64, 4096, 1 << 30):  # per tensor, smaller than one tensor, some, all
-        out = distributed.average_gradients(grads, group, bucket, getattr(mx, dtype))
+        out = distributed.sum_gradients(grads, group, bucket, getattr(mx, dtype))
         flat = dict(tree_flatten(out))
         assert flat.keys() == mine.keys() and all(flat[k].dtype == mx.float32 for k in flat)
         errors[f"{dtype}/{bucket}"] = max(
-            float(np.max(np.abs(np.array(flat[k]) - sum(g[k] for g in both) / len(both))))
+            float(np.max(np.abs(np.array(flat[k]) - sum(g[k] for g in both))))
             for k in flat)
 
-# A model's gradients averaged unevaluated (each bucket's all-reduce starts while the backward
+# A model's gradients summed unevaluated (each bucket's all-reduce starts while the backward
 # pass goes on) and evaluated first (nothing left to overlap), in buckets of about one tensor.
 mx.random.seed(0)
 model = nn.Sequential(*(nn.Linear(64, 64) for _ in range(4)))
@@ -51,29 +51,29 @@ loss_and_grad = nn.value_and_grad(model, lambda model, x: model(x).square().sum(
 inputs = mx.random.normal((8, 64), key=mx.random.key(group.rank()))
 
 
-def averaged(evaluate_first):
+def summed(evaluate_first):
     _, grads = loss_and_grad(model, inputs)
     if evaluate_first:
         mx.eval(grads)
     return [np.array(a) for _, a in tree_flatten(
-        distributed.average_gradients(grads, group, 64 * 64 * 4))]
+        distributed.sum_gradients(grads, group, 64 * 64 * 4))]
 
 
-overlapped, after = averaged(False), averaged(True)
+overlapped, after = summed(False), summed(True)
 errors["overlap"] = max(float(np.max(np.abs(a - b))) for a, b in zip(overlapped, after))
 if group.rank() == 0:
     print(json.dumps(errors))
 """
 
 
-def test_the_average_is_the_mean_for_every_bucket_size_and_wire_type():
-    app = [sys.executable, "-c", AVERAGE]
+def test_the_sum_is_both_ranks_gradients_for_every_bucket_size_and_wire_type():
+    app = [sys.executable, "-c", SUM]
     errors = json.loads(run(mpirun_cmd(app, app)).stdout.strip().splitlines()[-1])
     assert errors.pop("overlap") == 0.0
     for name, error in errors.items():
         # float32: the same sum as one process's; bfloat16: 8 bits of mantissa on the wire
-        # (values ~N(0, 1), |x| < 5: one rounding of each addend and of the sum, < 2^-8 x 5 x 2).
-        limit = 1e-6 if name.startswith("float32") else 0.04
+        # (values ~N(0, 1), |x| < 5: one rounding of each addend and of the sum, < 2^-8 x 20).
+        limit = 1e-6 if name.startswith("float32") else 0.08
         assert error < limit, (name, error, errors)
     assert errors["bfloat16/0"] > 1e-4, "bfloat16 on the wire left no trace: was it sent?"
 
