@@ -21,7 +21,8 @@ slowest link (as bench.yml's floor; a little under --rate: TCP's and IP's header
 rate). Small messages (one all-reduce
 of 4 KiB and of 256 KiB, float32) show what each choice costs where latency, not the link,
 counts.
-Writes benchmarks/results/mpi_allreduce-<rate>[-<sizes>mib][-buckets-<MiB>][-stock][-openmpi5].md.
+Writes benchmarks/results/mpi_allreduce-<rate>[-ranks-<n>][-<sizes>mib][-buckets-<MiB>][-stock]
+[-openmpi5].md.
 """
 
 import argparse
@@ -173,6 +174,7 @@ def main():
                          f"{median * 1e3:.0f} | {floor * 1e3:.0f} | {fast / floor:.2f}x | "
                          f"{median / floor:.2f}x |")
     stem = (f"mpi_allreduce-{args.rate}"
+            + ("" if args.ranks == "3,4" else f"-ranks-{args.ranks.replace(',', '-')}")
             + ("" if args.sizes == "64" else f"-{args.sizes.replace(',', '-')}mib")
             + ("" if args.buckets == parser.get_default("buckets")
                else f"-buckets-{args.buckets.replace(',', '-')}")
