@@ -48,13 +48,32 @@ def test_exclude_keeps_both_layers_off_a_network_and_the_btl_defaults(version, o
     ]  # fmt: skip
 
 
-def test_the_btl_default_exclusions_are_open_mpis():
+def btl_tcp_default(name):
+    """The TCP BTL parameter's default as this machine's Open MPI gives it."""
     ompi_info = shutil.which("ompi_info")
     if not ompi_info:
         pytest.skip("no ompi_info (Open MPI) here")
     out = subprocess.run([ompi_info, "--param", "btl", "tcp", "--level", "9", "--parsable"],
                          capture_output=True, text=True, check=True).stdout
-    assert f"mca:btl:tcp:param:btl_tcp_if_exclude:value:{mpi.BTL_TCP_DEFAULT_EXCLUDE}" in out
+    [value] = [line.split(":value:", 1)[1] for line in out.splitlines()
+               if line.startswith(f"mca:btl:tcp:param:{name}:value:")]
+    return value
+
+
+def test_the_btl_default_exclusions_are_open_mpis():
+    assert btl_tcp_default("btl_tcp_if_exclude") == mpi.BTL_TCP_DEFAULT_EXCLUDE
+
+
+def test_the_btl_flags_are_open_mpis_but_put():
+    default = btl_tcp_default("btl_tcp_flags").split(",")
+    assert "put" in default
+    assert mpi.BTL_TCP_FLAGS.split(",") == [flag for flag in default if flag != "put"]
+
+
+def test_btl_flags_the_user_gives_decide_alone():
+    argv = mpi.mpirun_argv("/usr/bin/mpirun", "hf", 2, "4.1.4",
+                           extra_args=["--mca", "btl_tcp_flags", "send,put"])
+    assert argv.count("btl_tcp_flags") == 1 and argv[-3:] == ["--mca", "btl_tcp_flags", "send,put"]
 
 
 def test_include_and_exclude_together_are_refused():
@@ -76,7 +95,7 @@ def test_bad_version_is_a_clear_error():
 def test_mpirun_argv_minimal():
     assert mpi.mpirun_argv("/usr/bin/mpirun", "/h/hostfile", 2, "4.1.4") == [
         "/usr/bin/mpirun", "--hostfile", "/h/hostfile", "-np", "2",
-        "--bind-to", "none", "--map-by", "slot",
+        "--bind-to", "none", "--map-by", "slot", "--mca", "btl_tcp_flags", mpi.BTL_TCP_FLAGS,
     ]  # fmt: skip
 
 
@@ -93,7 +112,7 @@ def test_mpirun_argv_everything_in_order():
     )
     assert argv == [
         "/opt/homebrew/bin/mpirun", "--hostfile", "/Users/a/mlx-cluster/hostfile", "-np", "3",
-        "--bind-to", "none", "--map-by", "slot",
+        "--bind-to", "none", "--map-by", "slot", "--mca", "btl_tcp_flags", mpi.BTL_TCP_FLAGS,
         "--prtemca", "oob_tcp_if_include", "bridge0", "--mca", "btl_tcp_if_include", "bridge0",
         "--allow-run-as-root",
         "-x", "MLX_MPI_LIBNAME=/x/libmpi.so.40", "-x", "A=b c",

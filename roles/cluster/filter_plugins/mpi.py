@@ -13,6 +13,14 @@ HOSTNAME_PROGRAM = ["sh", "-c", "hostname -s; sleep 1"]
 
 # btl_tcp_if_exclude's default in Open MPI 4 and 5 (`ompi_info --param btl tcp --level 9`).
 BTL_TCP_DEFAULT_EXCLUDE = "127.0.0.1/8,sppp"
+# The TCP BTL's default flags in Open MPI 4.1 and 5.0 (the same command) but "put". With put, a
+# large message's bulk waits for a request from its receiver, and that request queues behind
+# whatever the receiver is itself sending on the same connection. On 2 ranks, where each rank
+# sends to and receives from the same peer, every all-reduce's halves then took turns on the
+# link, 1.5-1.9x the wire's time; without put the sender streams its fragments and both
+# directions run at once: 1.00-1.05x, 3 ranks unchanged
+# (benchmarks/results/mpi_allreduce-1gbit-ranks-2-*.md).
+BTL_TCP_FLAGS = "send,inplace,need-ack,need-csum,hetero-rdma"
 
 
 def _major(version):
@@ -53,7 +61,8 @@ def mpirun_argv(
     """mpirun argv up to the program; the caller appends the program and its arguments.
 
     mpirun must be absolute: Open MPI then uses the same prefix to start its daemons on the
-    other hosts, whose non-interactive ssh PATH often lacks Homebrew's bin directory.
+    other hosts, whose non-interactive ssh PATH often lacks Homebrew's bin directory. The TCP
+    transport runs with BTL_TCP_FLAGS unless extra_args set btl_tcp_flags themselves.
     """
     if not posixpath.isabs(str(mpirun)):
         raise ValueError(f"mpirun path {mpirun!r} is not absolute — use openmpi_mpirun_path")
@@ -61,6 +70,8 @@ def mpirun_argv(
         raise ValueError(f"np {np!r} must be at least 1 — give some host mpi_slots > 0")
     argv = [str(mpirun), "--hostfile", str(hostfile), "-np", str(int(np))]
     argv += ["--bind-to", "none", "--map-by", "slot"]
+    if "btl_tcp_flags" not in [str(arg) for arg in extra_args or []]:  # the user's decide alone
+        argv += ["--mca", "btl_tcp_flags", BTL_TCP_FLAGS]
     argv += openmpi_interface_args(version, interface, exclude)
     if as_root:
         argv.append("--allow-run-as-root")
