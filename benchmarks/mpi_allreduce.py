@@ -174,7 +174,8 @@ def main():
                          f"{median * 1e3:.0f} | {floor * 1e3:.0f} | {fast / floor:.2f}x | "
                          f"{median / floor:.2f}x |")
     stem = (f"mpi_allreduce-{args.rate}"
-            + ("" if args.ranks == "3,4" else f"-ranks-{args.ranks.replace(',', '-')}")
+            + ("" if args.ranks == parser.get_default("ranks")
+               else f"-ranks-{args.ranks.replace(',', '-')}")
             + ("" if args.sizes == "64" else f"-{args.sizes.replace(',', '-')}mib")
             + ("" if args.buckets == parser.get_default("buckets")
                else f"-buckets-{args.buckets.replace(',', '-')}")

@@ -18,7 +18,7 @@ BTL_TCP_DEFAULT_EXCLUDE = "127.0.0.1/8,sppp"
 # whatever the receiver is itself sending on the same connection. On 2 ranks, where each rank
 # sends to and receives from the same peer, every all-reduce's halves then took turns on the
 # link, 1.5-1.9x the wire's time; without put the sender streams its fragments and both
-# directions run at once: 1.00-1.05x, 3 ranks unchanged
+# directions run at once: 1.00-1.05x, 3 and 4 ranks unchanged
 # (benchmarks/results/mpi_allreduce-1gbit-ranks-2-*.md).
 BTL_TCP_FLAGS = "send,inplace,need-ack,need-csum,hetero-rdma"
 
