@@ -74,6 +74,9 @@ def test_btl_flags_the_user_gives_decide_alone():
     argv = mpi.mpirun_argv("/usr/bin/mpirun", "hf", 2, "4.1.4",
                            extra_args=["--mca", "btl_tcp_flags", "send,put"])
     assert argv.count("btl_tcp_flags") == 1 and argv[-3:] == ["--mca", "btl_tcp_flags", "send,put"]
+    argv = mpi.mpirun_argv("/usr/bin/mpirun", "hf", 2, "4.1.4",
+                           extra_args=["-x", "OMPI_MCA_btl_tcp_flags=send,put"])
+    assert "btl_tcp_flags" not in argv and argv[-2:] == ["-x", "OMPI_MCA_btl_tcp_flags=send,put"]
 
 
 def test_include_and_exclude_together_are_refused():

@@ -62,7 +62,7 @@ def mpirun_argv(
 
     mpirun must be absolute: Open MPI then uses the same prefix to start its daemons on the
     other hosts, whose non-interactive ssh PATH often lacks Homebrew's bin directory. The TCP
-    transport runs with BTL_TCP_FLAGS unless extra_args set btl_tcp_flags themselves.
+    transport runs with BTL_TCP_FLAGS unless extra_args name btl_tcp_flags themselves.
     """
     if not posixpath.isabs(str(mpirun)):
         raise ValueError(f"mpirun path {mpirun!r} is not absolute — use openmpi_mpirun_path")
@@ -70,7 +70,8 @@ def mpirun_argv(
         raise ValueError(f"np {np!r} must be at least 1 — give some host mpi_slots > 0")
     argv = [str(mpirun), "--hostfile", str(hostfile), "-np", str(int(np))]
     argv += ["--bind-to", "none", "--map-by", "slot"]
-    if "btl_tcp_flags" not in [str(arg) for arg in extra_args or []]:  # the user's decide alone
+    # The user's decide alone: as an --mca parameter or as OMPI_MCA_btl_tcp_flags passed with -x.
+    if not any("btl_tcp_flags" in str(arg) for arg in extra_args or []):
         argv += ["--mca", "btl_tcp_flags", BTL_TCP_FLAGS]
     argv += openmpi_interface_args(version, interface, exclude)
     if as_root:
